@@ -1,0 +1,148 @@
+"""Argument checks for `while_loop`: each error names the argument and pytree path,
+says what was expected and what was found, and ends with what to do."""
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+import jax
+from jax import core as jax_core
+from jax.tree_util import keystr
+
+from whilst.ir import UNBOUNDED
+
+
+def path_name(root: str, path) -> str:
+    """`("loop_vars", (SequenceKey(1), GetAttrKey("b")))` -> `"loop_vars[1].b"`."""
+    return root + keystr(path)
+
+
+def check_callables(cond, body):
+    for arg, fn in (("cond", cond), ("body", body)):
+        if not callable(fn):
+            raise TypeError(
+                f"while_loop: {arg} must be callable, taking one argument per entry of "
+                f"loop_vars; found {type(fn).__name__} {fn!r}. Pass a function or a lambda.")
+
+
+def check_loop_vars(loop_vars):
+    if not isinstance(loop_vars, (list, tuple)):
+        raise TypeError(
+            f"while_loop: loop_vars must be a list or tuple with one entry per argument of "
+            f"cond and body; found {type(loop_vars).__name__}. Wrap a single value as "
+            f"[value].")
+    if len(loop_vars) == 0:
+        raise ValueError(
+            "while_loop: loop_vars is empty; expected at least one loop variable. Pass "
+            "the initial values as a list, e.g. loop_vars=[i0, x0].")
+
+
+def to_array(path: str, leaf):
+    """A loop-variable leaf as a JAX array, or a TypeError naming its path."""
+    if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
+            leaf, "__jax_array__"):
+        return jax.numpy.asarray(leaf)
+    raise TypeError(
+        f"while_loop: {path} must be an array or a Python/numpy scalar; found "
+        f"{type(leaf).__name__} {leaf!r}. Loop variables are pytrees (tuples, lists, "
+        f"namedtuples, dicts) whose leaves are arrays.")
+
+
+def check_parallel_iterations(parallel_iterations):
+    if (isinstance(parallel_iterations, bool) or not isinstance(parallel_iterations, int)
+            or parallel_iterations <= 0):
+        raise ValueError(
+            f"while_loop: parallel_iterations must be a positive int; found "
+            f"{parallel_iterations!r}. Pass e.g. parallel_iterations=10 (the default).")
+
+
+def check_swap_memory(swap_memory):
+    if not isinstance(swap_memory, bool):
+        raise TypeError(
+            f"while_loop: swap_memory must be a bool; found {swap_memory!r}.")
+
+
+def bound_operand(maximum_iterations):
+    """`maximum_iterations` -> (int32 bound operand, static bound or None)."""
+    if maximum_iterations is None:
+        return np.int32(UNBOUNDED), None
+    what = (f"while_loop: maximum_iterations must be a non-negative integer scalar "
+            f"(int or int array of shape ()) or None")
+    if isinstance(maximum_iterations, bool):
+        raise TypeError(f"{what}; found the bool {maximum_iterations!r}. Pass an int.")
+    if isinstance(maximum_iterations, numbers.Integral):
+        value = operator.index(maximum_iterations)
+    else:
+        try:
+            arr = jax.numpy.asarray(maximum_iterations)
+        except TypeError:
+            raise TypeError(f"{what}; found {type(maximum_iterations).__name__} "
+                            f"{maximum_iterations!r}.") from None
+        if arr.shape != () or not jax.numpy.issubdtype(arr.dtype, jax.numpy.integer):
+            raise TypeError(f"{what}; found an array of shape {arr.shape} and dtype "
+                            f"{arr.dtype}. Pass a Python int or an int scalar.")
+        if isinstance(arr, jax_core.Tracer):
+            return arr.astype(np.int32), None
+        value = int(arr)
+    if value < 0:
+        raise ValueError(f"{what}; found {value}. Pass 0 or more.")
+    if value > UNBOUNDED:
+        raise ValueError(f"{what} that fits in int32; found {value}. Pass at most "
+                         f"{UNBOUNDED}, or None for no bound.")
+    return np.int32(value), value
+
+
+def normalize_shape_invariants(shape_invariants, loop_vars, leaves_with_paths):
+    """Flat list of shape invariants (tuples with None for unknown dims), one per leaf."""
+    if shape_invariants is None:
+        return [None] * len(leaves_with_paths)
+    if not isinstance(shape_invariants, (list, tuple)) or len(shape_invariants) != len(
+            loop_vars):
+        raise ValueError(
+            f"while_loop: shape_invariants must have the structure of loop_vars "
+            f"(a list of {len(loop_vars)} entries); found {shape_invariants!r}. Give one "
+            f"shape per loop-variable leaf, e.g. [(None,), (3, 4)].")
+    flat = []
+    for k, (var, inv) in enumerate(zip(loop_vars, shape_invariants)):
+        var_leaves = jax.tree_util.tree_leaves(var)
+        inv_leaves = jax.tree_util.tree_leaves(
+            inv, is_leaf=lambda x: _is_shape(x))
+        if len(inv_leaves) != len(var_leaves) or not all(map(_is_shape, inv_leaves)):
+            raise ValueError(
+                f"while_loop: shape_invariants[{k}] must match the structure of "
+                f"loop_vars[{k}] with one shape (a tuple of ints or None) per array; "
+                f"found {inv!r} for a loop variable with {len(var_leaves)} array(s).")
+        flat.extend(tuple(inv_leaf) for inv_leaf in inv_leaves)
+    for (path, leaf), inv in zip(leaves_with_paths, flat):
+        if len(inv) != leaf.ndim or any(d is not None and d != s
+                                        for d, s in zip(inv, leaf.shape)):
+            raise ValueError(
+                f"while_loop: shape_invariants for {path_name('loop_vars', path)} is "
+                f"{inv}, which is incompatible with its initial shape {leaf.shape}. Give "
+                f"the initial shape, with None only where the dimension may vary.")
+    return flat
+
+
+def _is_shape(x):
+    if hasattr(x, "as_list"):  # a tf.TensorShape
+        return True
+    return isinstance(x, (tuple, list)) and all(
+        d is None or (isinstance(d, numbers.Integral) and not isinstance(d, bool)) for d in x)
+
+
+def check_cond_output(out):
+    leaves = jax.tree_util.tree_leaves(out)
+    if len(leaves) != 1 or jax.tree_util.tree_structure(out).num_leaves != 1 or not (
+            hasattr(out, "shape") and hasattr(out, "dtype") or isinstance(out, (bool, np.bool_))):
+        raise TypeError(
+            f"while_loop: cond must return a boolean scalar; found {type(out).__name__} "
+            f"{out!r}. Reduce it with jnp.all/jnp.any or compare a scalar.")
+    arr = jax.numpy.asarray(out)
+    if arr.shape != () or arr.dtype != np.bool_:
+        raise TypeError(
+            f"while_loop: cond must return a boolean scalar; found an array of shape "
+            f"{arr.shape} and dtype {arr.dtype}. Reduce it with jnp.all/jnp.any, or "
+            f"compare a scalar (e.g. `i < n`).")
+    return arr

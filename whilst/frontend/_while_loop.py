@@ -1,0 +1,151 @@
+"""`whilst.while_loop`: TensorFlow's `tf.compat.v1.while_loop` on one functional While."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import lax
+from jax._src import core
+
+from whilst.frontend import _checks as checks
+from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+
+
+def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
+               back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
+               return_same_structure=False):
+    """Repeat `body` while `cond` is true, as one functional While.
+
+    Semantics, as plain Python::
+
+        i = 0
+        while (maximum_iterations is None or i < maximum_iterations) and cond(*loop_vars):
+            loop_vars = body(*loop_vars)
+            i += 1
+        return loop_vars
+
+    The loop is traced once; it runs under `jax.jit`, `jax.vmap` (each example
+    stops on its own: a finished example keeps its values while others run
+    on), `jax.jvp` and, with `maximum_iterations` given as a Python int,
+    `jax.grad`/`jax.vjp` (stacks of stored steps preallocated to that bound).
+
+    Args:
+      cond: `cond(*loop_vars) -> bool scalar`.
+      body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
+      loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts)
+        of arrays or Python/numpy scalars.
+      shape_invariants: optional shapes, one per array, in the structure of
+        loop_vars; `None` marks a dimension that may vary. whilst loops keep
+        fixed shapes, so a body that changes a shape is an error even where the
+        invariant allows it.
+      parallel_iterations: positive int, accepted for TensorFlow compatibility.
+        Iterations of a While depend on each other and run in order; whilst
+        unrolls the body instead (see the lowering).
+      back_prop: False stops gradients (and tangents) through the loop.
+      swap_memory: bool, accepted for TensorFlow compatibility; stored steps stay
+        in device memory (bound memory with `maximum_iterations`).
+      name: the loop's name in the IR and in the emitted StableHLO
+        (`whilst.name` attribute); defaults to "while".
+      maximum_iterations: None, or a non-negative int or int scalar (may be
+        traced; reverse mode needs a Python int).
+      return_same_structure: False returns a single loop var bare and several
+        as a list; True returns the structure of loop_vars.
+
+    Returns:
+      The final loop_vars (see return_same_structure).
+
+    Raises:
+      TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
+        that are not arrays, cond not returning a bool scalar, body output of
+        another structure or dtype.
+      ValueError: empty loop_vars, bad parallel_iterations or
+        maximum_iterations, shape_invariants that do not fit, body output of
+        another shape.
+    """
+    checks.check_callables(cond, body)
+    checks.check_loop_vars(loop_vars)
+    checks.check_parallel_iterations(parallel_iterations)
+    checks.check_swap_memory(swap_memory)
+    bound, static_bound = checks.bound_operand(maximum_iterations)
+    name = "while" if name is None else str(name)
+
+    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
+    leaves = [checks.to_array(checks.path_name("loop_vars", p), x)
+              for p, x in leaves_with_paths]
+    leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
+    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
+                                                   leaves_with_paths)
+    carry_avals = [core.ShapedArray(x.shape, x.dtype) for x in leaves]
+    init = [lax.convert_element_type(x, x.dtype) for x in leaves]  # drops weak types
+
+    def flat_body(i, *xs):
+        del i
+        out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
+        return _conform_body_output(out, loop_vars, leaves_with_paths, invariants)
+
+    def flat_cond(i, *xs):
+        del i
+        return [checks.check_cond_output(cond(*jax.tree_util.tree_unflatten(in_tree, xs)))]
+
+    avals = [COUNTER_AVAL, *carry_avals]
+    body_jaxpr, body_consts = trace_with_consts(flat_body, avals, f"{name}_body")
+    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
+    operands = [cond_consts, body_consts, bound, init]
+    if not back_prop:
+        operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
+    _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                                static_bound=static_bound, name=name)
+    result = jax.tree_util.tree_unflatten(in_tree, outs)
+    if return_same_structure:
+        return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result
+    return result[0] if len(result) == 1 else result
+
+
+def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
+    """Flatten body's output, checking it against loop_vars leaf by leaf."""
+    if len(loop_vars) == 1 and not (isinstance(out, (list, tuple)) and len(out) == 1
+                                    and _same_structure(list(out), list(loop_vars))):
+        out = [out]
+    if isinstance(out, (list, tuple)):
+        out = list(out)
+    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out)
+    expected_tree = jax.tree_util.tree_structure(list(loop_vars))
+    if out_tree != expected_tree:
+        raise TypeError(
+            f"while_loop: body must return the structure of loop_vars; expected "
+            f"{_describe(expected_tree)} but body returned {_describe(out_tree)}. Return "
+            f"one value per loop variable, in the same containers (tuple, list, "
+            f"namedtuple, dict with the same keys).")
+    flat = []
+    for (path, init), (_, value), inv in zip(leaves_with_paths, out_leaves, invariants):
+        where = checks.path_name("loop_vars", path)
+        value = checks.to_array(f"body output {where}", value)
+        if value.shape != init.shape:
+            fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
+                   "size and write into it with .at[i].set(...), carrying the used length"
+                   " as another loop variable.")
+            if inv is not None:
+                raise ValueError(
+                    f"while_loop: {where} changes shape across iterations (initial "
+                    f"{init.shape}, body returns {value.shape}); shape_invariants allows "
+                    f"{inv}, which is more general than whilst can keep. {fix}")
+            raise ValueError(
+                f"while_loop: body output {where} has shape {value.shape}, but the loop "
+                f"variable has shape {init.shape}. {fix}")
+        if value.dtype != init.dtype:
+            weak = core.typeof(value).weak_type
+            if not (weak and jax.numpy.result_type(value, init.dtype) == init.dtype):
+                raise TypeError(
+                    f"while_loop: body output {where} has dtype {value.dtype}, but the "
+                    f"loop variable has dtype {init.dtype}. Cast it with "
+                    f".astype({init.dtype}) in body, or start the loop variable with the "
+                    f"dtype body produces.")
+        flat.append(lax.convert_element_type(value, init.dtype))
+    return flat
+
+
+def _same_structure(a, b):
+    return jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+
+
+def _describe(tree) -> str:
+    return str(tree).replace("PyTreeDef", "")

@@ -1,0 +1,215 @@
+"""The functional While primitive with its abstract evaluation, forward mode and batching.
+
+`functional_while_p` is whilst's one loop. Its semantics, as plain Python::
+
+    def functional_while(*cond_consts, *body_consts, bound, *carry):
+        i = 0
+        while i < bound and cond(*cond_consts, i, *carry):
+            carry = body(*body_consts, i, *carry)
+            i += 1
+        return (i, *carry)
+
+`cond` and `body` are closed jaxprs that receive the iteration counter `i`
+(int32) before the carry, so accumulators and the gradient While can index
+their stacks with it. Output 0 is the iteration counter.
+
+Static parameters:
+  cond_jaxpr, body_jaxpr: the closed sub-jaxprs.
+  cond_nconsts, body_nconsts: how many operands are constants of each.
+  static_bound: an int known at trace time with `bound <= static_bound`, or
+    None (unbounded, or bounded only by a traced value).
+  name: the loop's name, carried into the emitted StableHLO.
+  role: "forward" (a user loop or its primal with accumulators), "gradient"
+    (the transposed replay) or "linear" (a linear While not yet transposed).
+  accumulators: how many trailing carries are residual stacks pushed by the
+    forward loop for its gradient While (0 for a plain loop).
+  unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
+
+Reverse mode lives in `_reverse.py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from jax import lax
+from jax._src import core, dispatch
+from jax._src.ad_util import Zero
+from jax._src.interpreters import ad, batching
+from jax._src.util import split_list
+
+from whilst.ir._tracing import call, trace_closed
+
+COUNTER_AVAL = core.ShapedArray((), np.int32)
+UNBOUNDED = int(np.iinfo(np.int32).max)
+ROLES = ("forward", "gradient", "linear")
+
+functional_while_p = core.Primitive("functional_while")
+functional_while_p.multiple_results = True
+functional_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+    functional_while_p, *args, **params))
+
+
+def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
+                     static_bound, name, role="forward", accumulators=0, unroll=None):
+    """Bind `functional_while_p`; returns `[counter, *carry]` (see the module docstring)."""
+    assert role in ROLES, role
+    return functional_while_p.bind(
+        *cond_consts, *body_consts, bound, *carry,
+        cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+        cond_nconsts=len(cond_consts), body_nconsts=len(body_consts),
+        static_bound=static_bound, name=name, role=role,
+        accumulators=accumulators, unroll=unroll)
+
+
+def split_operands(operands, cond_nconsts, body_nconsts):
+    """`operands -> (cond_consts, body_consts, bound, carry)`."""
+    cond_consts, body_consts, (bound,), carry = split_list(
+        list(operands), [cond_nconsts, body_nconsts, 1])
+    return cond_consts, body_consts, bound, carry
+
+
+def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, **_):
+    effects = core.join_effects(cond_jaxpr.effects, body_jaxpr.effects)
+    return [COUNTER_AVAL, *body_jaxpr.out_avals], effects
+
+
+functional_while_p.def_effectful_abstract_eval(_abstract_eval)
+
+
+def _carry_avals(body_jaxpr, body_nconsts):
+    return body_jaxpr.in_avals[body_nconsts + 1:]
+
+
+# ---------------------------------------------------------------- forward mode
+
+def _jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+              **params):
+    """Carry the tangents of the carry alongside it, through the same While."""
+    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    _, body_const_dots, _, carry_dots = split_operands(tangents, cond_nconsts, body_nconsts)
+    const_nz = [type(t) is not Zero for t in body_const_dots]
+    carry_nz = [type(t) is not Zero for t in carry_dots]
+
+    for _ in range(len(carry) + 1):
+        body_jvp, carry_nz_out = ad.jvp_jaxpr(
+            body_jaxpr, const_nz + [False] + carry_nz, instantiate=carry_nz)
+        if carry_nz_out == carry_nz:
+            break
+        carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
+
+    nc, ncarry = len(body_consts), len(carry)
+    n_const_dots, n_carry_dots = sum(const_nz), sum(carry_nz)
+    const_dots = [t for t, nz in zip(body_const_dots, const_nz) if nz]
+    carry_dots_nz = [ad.instantiate_zeros(t) for t, nz in zip(carry_dots, carry_nz) if nz]
+
+    def body(*args):
+        consts, dconsts, (i,), xs, dxs = split_list(args, [nc, n_const_dots, 1, ncarry])
+        outs = call(body_jvp, *consts, i, *xs, *dconsts, *dxs)
+        return outs
+
+    def cond(*args):
+        consts, (i,), xs, _ = split_list(args, [cond_nconsts, 1, ncarry])
+        return call(cond_jaxpr, *consts, i, *xs)
+
+    carry_avals = _carry_avals(body_jaxpr, body_nconsts)
+    dot_avals = [a.to_tangent_aval() for a, nz in zip(carry_avals, carry_nz) if nz]
+    const_avals = body_jaxpr.in_avals[:body_nconsts]
+    dconst_avals = [a.to_tangent_aval() for a, nz in zip(const_avals, const_nz) if nz]
+    new_body = trace_closed(body, [*const_avals, *dconst_avals, COUNTER_AVAL,
+                                   *carry_avals, *dot_avals], "functional_while_jvp_body")
+    new_cond = trace_closed(cond, [*cond_jaxpr.in_avals, *dot_avals], "functional_while_jvp_cond")
+    # The tangents follow the carry, so accumulator stacks are no longer trailing.
+    counter, *outs = functional_while(
+        cond_consts, [*body_consts, *const_dots], bound, [*carry, *carry_dots_nz],
+        cond_jaxpr=new_cond, body_jaxpr=new_body, **dict(params, accumulators=0))
+    carry_out, dots_out = split_list(outs, [ncarry])
+    dots_iter = iter(dots_out)
+    tangents_out = [next(dots_iter) if nz else Zero(a.to_tangent_aval())
+                    for a, nz in zip(carry_avals, carry_nz)]
+    return [counter, *carry_out], [Zero(COUNTER_AVAL.to_tangent_aval()), *tangents_out]
+
+
+ad.primitive_jvps[functional_while_p] = _jvp_rule
+
+
+# -------------------------------------------------------------------- batching
+
+def _move_to_front(x, dim, batched_now, size):
+    if dim is None:
+        return batching.broadcast(x, size, 0, None) if batched_now else x
+    return batching.moveaxis(x, dim, 0)
+
+
+def _batching_rule(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+                   body_nconsts, static_bound, **params):
+    """vmap: a lane whose predicate turned false keeps its carry while others run on."""
+    cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
+    cc_dims, bc_dims, bound_dim, carry_dims = split_operands(dims, cond_nconsts, body_nconsts)
+    cc_b = [d is not None for d in cc_dims]
+    bc_b = [d is not None for d in bc_dims]
+    carry_b = [d is not None for d in carry_dims]
+
+    for _ in range(len(carry) + 1):
+        _, carry_b_out = batching.batch_jaxpr(
+            body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b)
+        if carry_b_out == carry_b:
+            break
+        carry_b = [a or b for a, b in zip(carry_b, carry_b_out)]
+    _, (pred_b,) = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
+                                        instantiate=False)
+    per_lane = pred_b or bound_dim is not None
+    if per_lane:
+        carry_b = [True] * len(carry)
+    body_batched, _ = batching.batch_jaxpr(body_jaxpr, axis_data, bc_b + [False] + carry_b,
+                                           instantiate=carry_b)
+    cond_batched, _ = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
+                                           instantiate=per_lane)
+
+    size = axis_data.size
+    cond_consts = [_move_to_front(x, d, False, size) for x, d in zip(cond_consts, cc_dims)]
+    body_consts = [_move_to_front(x, d, False, size) for x, d in zip(body_consts, bc_dims)]
+    carry = [_move_to_front(x, d, b, size) for x, d, b in zip(carry, carry_dims, carry_b)]
+
+    if not per_lane:
+        counter, *outs = functional_while(
+            cond_consts, body_consts, bound, carry, cond_jaxpr=cond_batched,
+            body_jaxpr=body_batched, static_bound=static_bound, **params)
+        return [counter, *outs], [None] + [0 if b else None for b in carry_b]
+
+    bounds = _move_to_front(bound, bound_dim, True, size)
+    ncc, nbc = len(cond_consts), len(body_consts)
+
+    def lane_active(cconsts, bounds, i, lane_counters, xs):
+        (pred,) = call(cond_batched, *cconsts, i, *xs)
+        return lax.bitwise_and(lax.lt(lane_counters, bounds), pred)
+
+    def cond(*args):
+        cconsts, (bounds, i, lane_counters), xs = split_list(args, [ncc, 3])
+        active = lane_active(cconsts, bounds, i, lane_counters, xs)
+        return [lax.reduce_or(active, (0,))]
+
+    def body(*args):
+        cconsts, bconsts, (bounds, i, lane_counters), xs = split_list(args, [ncc, nbc, 3])
+        active = lane_active(cconsts, bounds, i, lane_counters, xs)
+        new = call(body_batched, *bconsts, i, *xs)
+        kept = [lax.select(lax.broadcast_in_dim(active, x.shape, (0,)), n, x)
+                for n, x in zip(new, xs)]
+        return [lane_counters + active.astype(np.int32), *kept]
+
+    cc_avals = [core.typeof(x) for x in cond_consts]
+    bc_avals = [core.typeof(x) for x in body_consts]
+    lanes_aval = core.ShapedArray((size,), np.int32)
+    carry_avals = [core.typeof(x) for x in carry]
+    new_cond = trace_closed(cond, [*cc_avals, lanes_aval, COUNTER_AVAL, lanes_aval,
+                                   *carry_avals], "functional_while_vmap_cond")
+    new_body = trace_closed(body, [*cc_avals, *bc_avals, lanes_aval, COUNTER_AVAL,
+                                   lanes_aval, *carry_avals], "functional_while_vmap_body")
+    lane_counters0 = lax.full((size,), 0, np.int32)
+    _, lane_counters, *outs = functional_while(
+        [*cond_consts, bounds], [*cond_consts, *body_consts, bounds],
+        lax.reduce_max(bounds, (0,)), [lane_counters0, *carry],
+        cond_jaxpr=new_cond, body_jaxpr=new_body, static_bound=static_bound, **params)
+    return [lane_counters, *outs], [0] * (1 + len(outs))
+
+
+batching.fancy_primitive_batchers[functional_while_p] = _batching_rule
