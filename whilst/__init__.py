@@ -1,5 +1,14 @@
-"""whilst: data-dependent loops that are differentiable and deployable."""
-from whilst import lowering as _lowering  # noqa: F401  (registers the lowering rules)
-from whilst.frontend import while_loop
+"""whilst: data-dependent loops that are differentiable and deployable.
 
-__all__ = ["while_loop"]
+`while_loop` has the semantics of `tf.compat.v1.while_loop` with jax.numpy
+bodies; `export` and `compile` turn functions that use it into StableHLO and
+IREE modules; `whilst.runtime.load` runs those modules without JAX.
+"""
+from whilst import runtime
+from whilst._compile import Compiled, compile
+from whilst.frontend import while_loop
+from whilst.ir import ResidualReport, residual_report, trace
+from whilst.lowering import CompileError, Exported, export
+
+__all__ = ["CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
+           "residual_report", "runtime", "trace", "while_loop"]

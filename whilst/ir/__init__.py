@@ -2,10 +2,11 @@
 reverse mode with the gradient While)."""
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
+from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
 from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 
 __all__ = [
-    "COUNTER_AVAL", "ROLES", "UNBOUNDED", "expand_linear_while", "functional_while",
+    "ResidualReport", "iter_loops", "residual_report", "trace", "COUNTER_AVAL", "ROLES", "UNBOUNDED", "expand_linear_while", "functional_while",
     "functional_while_p", "linear_while_p", "split_operands", "trace_with_consts",
 ]

@@ -67,6 +67,13 @@ def _write_rows(stacks, rows, index):
             for s, r in zip(stacks, rows)]
 
 
+def _stack_init(aval, j):
+    """A stack's initial contents: never read, and distinct per stack so IREE cannot
+    merge two stacks into one buffer (see whilst.lowering._iree)."""
+    fill = (j % 2 == 1) if aval.dtype == np.bool_ else 7 + j
+    return lax.full(aval.shape, fill, aval.dtype)
+
+
 def _always_true(avals):
     return trace_closed(lambda *_: [lax.full((), True, np.bool_)], avals, "always_true")
 
@@ -246,7 +253,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *stack_avals],
                             "forward_with_accumulators_cond")
-    stacks0 = [lax.full(a.shape, 0, a.dtype) for a in stack_avals]
+    stacks0 = [_stack_init(a, j) for j, a in enumerate(stack_avals)]
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, [*carry, *stacks0],
         cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,

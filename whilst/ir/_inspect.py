@@ -1,0 +1,87 @@
+"""Looking at the IR: `trace` (the jaxpr with its functional Whiles) and
+`residual_report` (what reverse mode stores per iteration)."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+from jax._src import core
+
+from whilst.ir._functional_while import functional_while_p
+
+
+def trace(fn, *args, **kwargs) -> core.ClosedJaxpr:
+    """The IR of `fn(*args, **kwargs)`: a jaxpr whose loops are `functional_while`
+    equations (cond and body as sub-jaxprs, output 0 the iteration counter).
+    Trace `jax.grad(fn)` to see the forward While with accumulators and the
+    gradient While."""
+    return jax.make_jaxpr(fn)(*args, **kwargs)
+
+
+def iter_loops(jaxpr: core.Jaxpr):
+    """Every `functional_while` equation in `jaxpr` and its sub-jaxprs, outermost first."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is functional_while_p:
+            yield eqn
+        for sub in core.jaxprs_in_params(eqn.params):
+            yield from iter_loops(sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopResiduals:
+    """The residual stacks one forward While pushes for its gradient While."""
+    name: str
+    role: str
+    max_iterations: int
+    stack_shapes: tuple[tuple[tuple[int, ...], str], ...]
+
+    @property
+    def bytes_per_iteration(self) -> int:
+        return sum(int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+                   for shape, dtype in self.stack_shapes)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes_per_iteration * self.max_iterations
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualReport:
+    """One `LoopResiduals` per loop with accumulators, outermost first."""
+    loops: tuple[LoopResiduals, ...]
+
+    @property
+    def bytes_per_iteration(self) -> int:
+        return sum(loop.bytes_per_iteration for loop in self.loops)
+
+    def __str__(self) -> str:
+        lines = [f"{'loop':<20} {'role':<9} {'stacks':>6} {'bytes/iter':>11} {'max iter':>9} "
+                 f"{'total bytes':>12}"]
+        for loop in self.loops:
+            lines.append(f"{loop.name:<20} {loop.role:<9} {len(loop.stack_shapes):>6} "
+                         f"{loop.bytes_per_iteration:>11} {loop.max_iterations:>9} "
+                         f"{loop.total_bytes:>12}")
+        return "\n".join(lines)
+
+
+def residual_report(fn, *args, argnums=0) -> ResidualReport:
+    """What reverse mode through `fn` stores per loop iteration.
+
+    Traces `jax.grad(fn, argnums)(*args)` (`fn` returns a scalar) and lists,
+    for each forward While with accumulators, its residual stacks: shapes,
+    bytes per iteration and bytes in all. Loop invariants (values computed
+    from closed-over arrays only) are hoisted and do not appear here.
+    """
+    closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
+    loops = []
+    for eqn in iter_loops(closed.jaxpr):
+        n_acc = eqn.params["accumulators"]
+        if n_acc == 0:
+            continue
+        stacks = eqn.params["body_jaxpr"].out_avals[-n_acc:]
+        loops.append(LoopResiduals(
+            name=eqn.params["name"], role=eqn.params["role"],
+            max_iterations=eqn.params["static_bound"],
+            stack_shapes=tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in stacks)))
+    return ResidualReport(tuple(loops))

@@ -1,0 +1,68 @@
+"""`whilst.export`: a user function as a StableHLO module with its pytree signature."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from whilst.runtime._signature import LEAF, encode_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """A function exported to StableHLO.
+
+    Attributes:
+      name: the function's name in compiled modules.
+      serialized: the versioned, portable StableHLO artifact (VHLO bytecode).
+      text: the same module as readable StableHLO text.
+      signature: JSON-able input/output pytree structure, shapes and dtypes
+        (see `whilst.runtime._signature`).
+      exported: the underlying `jax.export.Exported`.
+    """
+    name: str
+    serialized: bytes
+    text: str
+    signature: dict
+    exported: jax.export.Exported
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _aval_json(aval) -> dict:
+    return {"shape": [d if isinstance(d, int) else str(d) for d in aval.shape],
+            "dtype": np.dtype(aval.dtype).name}
+
+
+def _tree_json(treedef) -> dict:
+    return encode_tree(jax.tree_util.tree_unflatten(treedef, [LEAF] * treedef.num_leaves))
+
+
+def export(fn, *example_args, name: str = "main") -> Exported:
+    """Export `fn(*example_args)` to StableHLO, keeping unused arguments.
+
+    Args:
+      fn: a function of pytrees of arrays (it may call `whilst.while_loop`).
+      example_args: arrays or `jax.ShapeDtypeStruct`s (symbolic dims allowed,
+        see `jax.export.symbolic_shape`) giving the input shapes and dtypes.
+      name: the function's name in compiled modules.
+
+    Returns:
+      An `Exported` with the VHLO artifact, the text and the signature.
+    """
+    specs = jax.tree_util.tree_map(
+        lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
+        else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
+    exp = jax.export.export(jax.jit(fn, keep_unused=True))(*specs)
+    args_tree = jax.tree_util.tree_structure(tuple(specs))
+    signature = {
+        "name": name,
+        "inputs": _tree_json(args_tree),
+        "input_avals": [_aval_json(a) for a in exp.in_avals],
+        "outputs": _tree_json(exp.out_tree),
+        "output_avals": [_aval_json(a) for a in exp.out_avals],
+    }
+    return Exported(name=name, serialized=bytes(exp.mlir_module_serialized),
+                    text=exp.mlir_module(), signature=signature, exported=exp)

@@ -1,0 +1,163 @@
+"""Function signatures stored in a module's IREE reflection metadata, in plain Python.
+
+A signature is JSON::
+
+    {"name": "main",
+     "inputs":  <tree>, "input_avals":  [{"shape": [2, "b"], "dtype": "float32"}, ...],
+     "outputs": <tree>, "output_avals": [...]}
+
+where <tree> describes a pytree: `{"leaf": null}`, `{"none": null}`,
+`{"tuple": [...]}`, `{"list": [...]}`, `{"dict": {"keys": [...], "values": [...]}}`
+(keys sorted, as JAX flattens them) or
+`{"namedtuple": {"name": N, "fields": [...], "values": [...]}}`.
+Dimensions are ints, or strings for symbolic dimensions.
+"""
+from __future__ import annotations
+
+import collections
+import json
+
+REFLECTION_KEY = "whilst"
+LEAF = object()
+
+
+def encode_tree(structure) -> dict:
+    """A Python structure with `LEAF` at the leaves -> its JSON tree."""
+    if structure is LEAF:
+        return {"leaf": None}
+    if structure is None:
+        return {"none": None}
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return {"namedtuple": {"name": type(structure).__name__,
+                               "fields": list(structure._fields),
+                               "values": [encode_tree(v) for v in structure]}}
+    if isinstance(structure, (tuple, list)):
+        return {type(structure).__name__: [encode_tree(v) for v in structure]}
+    if isinstance(structure, dict):
+        keys = sorted(structure)
+        if not all(isinstance(k, (str, int)) for k in keys):
+            raise TypeError(f"dict keys must be str or int to be stored in a module "
+                            f"signature; found {keys!r}")
+        return {"dict": {"keys": keys, "values": [encode_tree(structure[k]) for k in keys]}}
+    raise TypeError(f"{type(structure).__name__} is not a pytree node whilst can store in a "
+                    f"module signature (tuple, list, dict, namedtuple, None)")
+
+
+def count_leaves(tree: dict) -> int:
+    (kind, body), = tree.items()
+    if kind == "leaf":
+        return 1
+    if kind == "none":
+        return 0
+    return sum(map(count_leaves, _children(kind, body)))
+
+
+def _children(kind, body):
+    return body["values"] if kind in ("dict", "namedtuple") else body
+
+
+def flatten(tree: dict, value, path: str) -> list[tuple[str, object]]:
+    """`value` (a pytree matching `tree`) -> [(path, leaf), ...], or a ValueError naming the path."""
+    (kind, body), = tree.items()
+    if kind == "leaf":
+        return [(path, value)]
+    if kind == "none":
+        if value is not None:
+            raise ValueError(f"{path}: expected None, found {type(value).__name__}")
+        return []
+    if kind == "dict":
+        if not isinstance(value, dict) or sorted(value) != body["keys"]:
+            found = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise ValueError(f"{path}: expected a dict with keys {body['keys']}, found {found}")
+        return [item for k, sub in zip(body["keys"], body["values"])
+                for item in flatten(sub, value[k], f"{path}[{k!r}]")]
+    if kind == "namedtuple":
+        if not isinstance(value, tuple) or len(value) != len(body["fields"]):
+            raise ValueError(f"{path}: expected a {body['name']} with fields "
+                             f"{body['fields']}, found {_describe(value)}")
+        return [item for f, sub, v in zip(body["fields"], body["values"], value)
+                for item in flatten(sub, v, f"{path}.{f}")]
+    if not isinstance(value, (tuple, list)) or len(value) != len(body):
+        raise ValueError(f"{path}: expected a {kind} of {len(body)} entries, found "
+                         f"{_describe(value)}")
+    return [item for k, (sub, v) in enumerate(zip(body, value))
+            for item in flatten(sub, v, f"{path}[{k}]")]
+
+
+def _describe(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} entries"
+    return type(value).__name__
+
+
+def unflatten(tree: dict, leaves):
+    """Rebuild the pytree described by `tree` from an iterator of leaves."""
+    leaves = iter(leaves)
+    out = _unflatten(tree, leaves)
+    assert next(leaves, None) is None
+    return out
+
+
+def _unflatten(tree, leaves):
+    (kind, body), = tree.items()
+    if kind == "leaf":
+        return next(leaves)
+    if kind == "none":
+        return None
+    if kind == "dict":
+        return {k: _unflatten(v, leaves) for k, v in zip(body["keys"], body["values"])}
+    if kind == "namedtuple":
+        cls = _namedtuple_class(body["name"], tuple(body["fields"]))
+        return cls(*[_unflatten(v, leaves) for v in body["values"]])
+    children = [_unflatten(v, leaves) for v in body]
+    return tuple(children) if kind == "tuple" else children
+
+
+_NAMEDTUPLES: dict = {}
+
+
+def _namedtuple_class(name, fields):
+    key = (name, fields)
+    if key not in _NAMEDTUPLES:
+        _NAMEDTUPLES[key] = collections.namedtuple(name, fields)
+    return _NAMEDTUPLES[key]
+
+
+def describe_tree(tree: dict, avals: list[dict]) -> str:
+    """A one-line rendering such as `(x: f32[8,4], {'a': i32[]})`."""
+    it = iter(avals)
+
+    def render(t):
+        (kind, body), = t.items()
+        if kind == "leaf":
+            return format_aval(next(it))
+        if kind == "none":
+            return "None"
+        if kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {render(v)}"
+                                   for k, v in zip(body["keys"], body["values"])) + "}"
+        if kind == "namedtuple":
+            return body["name"] + "(" + ", ".join(
+                f"{f}={render(v)}" for f, v in zip(body["fields"], body["values"])) + ")"
+        inner = ", ".join(render(v) for v in body)
+        return f"({inner}{',' if len(body) == 1 else ''})" if kind == "tuple" else f"[{inner}]"
+
+    return render(tree)
+
+
+_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+          "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8",
+          "uint32": "u32", "bool": "bool", "complex64": "c64"}
+
+
+def format_aval(aval: dict) -> str:
+    dims = ",".join(str(d) for d in aval["shape"])
+    return f"{_SHORT.get(aval['dtype'], aval['dtype'])}[{dims}]"
+
+
+def dumps(signature: dict) -> str:
+    return json.dumps(signature, separators=(",", ":"), sort_keys=True)
+
+
+def loads(text: str) -> dict:
+    return json.loads(text)
