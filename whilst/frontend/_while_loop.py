@@ -110,10 +110,16 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
     out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out)
     expected_tree = jax.tree_util.tree_structure(list(loop_vars))
     if out_tree != expected_tree:
+        where, expected, found = "loop_vars", expected_tree, out_tree
+        if isinstance(out, list) and len(out) == len(loop_vars):
+            where, expected, found = next(
+                (f"loop_vars[{k}]", jax.tree_util.tree_structure(v),
+                 jax.tree_util.tree_structure(o))
+                for k, (o, v) in enumerate(zip(out, loop_vars)) if not _same_structure(o, v))
         raise TypeError(
-            f"while_loop: body must return the structure of loop_vars; expected "
-            f"{_describe(expected_tree)} but body returned {_describe(out_tree)}. Return "
-            f"one value per loop variable, in the same containers (tuple, list, "
+            f"while_loop: body must return the structure of loop_vars; for {where} it "
+            f"returned {_describe(found)} but the loop variable is {_describe(expected)}. "
+            f"Return one value per loop variable, in the same containers (tuple, list, "
             f"namedtuple, dict with the same keys).")
     flat = []
     for (path, init), (_, value), inv in zip(leaves_with_paths, out_leaves, invariants):

@@ -3,7 +3,8 @@ preparation and compilation of exported modules for IREE."""
 from whilst.lowering import _while_lowering  # noqa: F401  (registers the lowering rules)
 from whilst.lowering._export import Exported, export
 from whilst.lowering._iree import (
-    TARGETS, CompileError, compile_flags, compile_text, compile_to_stream, prepare)
+    TARGETS, CompileError, compile_flags, compile_text, compile_to_stream, prepare,
+    stream_copy_sizes)
 
 __all__ = ["TARGETS", "CompileError", "Exported", "compile_flags", "compile_text",
-           "compile_to_stream", "export", "prepare"]
+           "compile_to_stream", "export", "prepare", "stream_copy_sizes"]

@@ -151,3 +151,24 @@ def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host") -> str:
     flags = [*compile_flags(targets, cpu), "--compile-to=stream"]
     return tools.compile_str(text, extra_args=flags).decode()
 
+
+def stream_copy_sizes(stream_text: str) -> list[int | None]:
+    """Byte lengths of the `stream.cmd.copy` ops in stream-phase output (None where
+    the length is not a constant): a full loop-carried buffer among them means the
+    buffer is copied instead of updated in place."""
+    from iree.compiler import ir
+
+    sizes = []
+
+    def visit(op):
+        if op.operation.name == "stream.cmd.copy":
+            owner = op.operation.operands[-1].owner
+            attrs = getattr(owner, "attributes", {})
+            value = attrs["value"] if "value" in attrs else None
+            sizes.append(None if value is None else ir.IntegerAttr(value).value)
+        return ir.WalkResult.ADVANCE
+
+    with ir.Context():
+        ir.Module.parse(stream_text).operation.walk(visit)
+    return sizes
+

@@ -1,0 +1,134 @@
+"""Bad input gets a clear error naming the argument and pytree path, never a deep trace."""
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+
+P = collections.namedtuple("P", "a, b")
+
+
+def ok_cond(i, x):
+    return i < 3
+
+
+def ok_body(i, x):
+    return i + 1, x
+
+
+def test_cond_not_callable():
+    with pytest.raises(TypeError, match=r"cond must be callable.*found int"):
+        whilst.while_loop(3, ok_body, [0, 1.0])
+
+
+def test_body_not_callable():
+    with pytest.raises(TypeError, match=r"body must be callable"):
+        whilst.while_loop(ok_cond, "body", [0, 1.0])
+
+
+def test_empty_loop_vars():
+    with pytest.raises(ValueError, match=r"loop_vars is empty"):
+        whilst.while_loop(ok_cond, ok_body, [])
+
+
+def test_loop_vars_not_a_sequence():
+    with pytest.raises(TypeError, match=r"loop_vars must be a list or tuple.*\[value\]"):
+        whilst.while_loop(lambda x: x < 3, lambda x: x + 1, 0)
+
+
+def test_leaf_that_is_not_an_array_names_its_path():
+    with pytest.raises(TypeError, match=r"loop_vars\[1\]\.b must be an array.*str"):
+        whilst.while_loop(ok_cond, ok_body, [0, P(1.0, "text")])
+
+
+def test_body_output_structure_differs():
+    with pytest.raises(TypeError, match=r"body must return the structure of loop_vars"):
+        whilst.while_loop(ok_cond, lambda i, x: (i + 1,), [0, 1.0])
+
+
+def test_body_output_dtype_differs_names_path_and_fix():
+    def body(i, p):
+        return i + 1, P(p.a, p.b.astype(jnp.float32))
+
+    with pytest.raises(TypeError, match=r"loop_vars\[1\]\.b has dtype float32, but the loop "
+                                        r"variable has dtype int32.*astype"):
+        whilst.while_loop(ok_cond, body, [0, P(1.0, np.int32(2))])
+
+
+def test_body_output_shape_differs_suggests_preallocation():
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] has shape \(4,\).*\(2,\).*"
+                                         r"preallocate a buffer"):
+        whilst.while_loop(ok_cond, lambda i, x: (i + 1, jnp.concatenate([x, x])),
+                          [0, np.ones(2, np.float32)])
+
+
+def test_cond_not_boolean_scalar():
+    with pytest.raises(TypeError, match=r"cond must return a boolean scalar.*shape \(2,\)"):
+        whilst.while_loop(lambda i, x: x > 0, ok_body, [0, np.ones(2, np.float32)])
+    with pytest.raises(TypeError, match=r"cond must return a boolean scalar.*int32"):
+        whilst.while_loop(lambda i, x: i, ok_body, [0, 1.0])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "10"])
+def test_parallel_iterations_must_be_positive_int(bad):
+    with pytest.raises(ValueError, match=r"parallel_iterations must be a positive int"):
+        whilst.while_loop(ok_cond, ok_body, [0, 1.0], parallel_iterations=bad)
+
+
+def test_maximum_iterations_negative():
+    with pytest.raises(ValueError, match=r"maximum_iterations.*found -1. Pass 0 or more"):
+        whilst.while_loop(ok_cond, ok_body, [0, 1.0], maximum_iterations=-1)
+
+
+@pytest.mark.parametrize("bad", [2.5, np.ones(2, np.int32), "3", np.float32(3)])
+def test_maximum_iterations_not_an_integer_scalar(bad):
+    with pytest.raises(TypeError, match=r"maximum_iterations must be a non-negative integer"):
+        whilst.while_loop(ok_cond, ok_body, [0, 1.0], maximum_iterations=bad)
+
+
+def test_shape_invariants_structure_mismatch():
+    with pytest.raises(ValueError, match=r"shape_invariants must have the structure"):
+        whilst.while_loop(ok_cond, ok_body, [0, 1.0], shape_invariants=[()])
+
+
+def test_shape_invariants_incompatible_with_initial_shape():
+    with pytest.raises(ValueError, match=r"shape_invariants for loop_vars\[1\] is \(3,\), "
+                                         r"which is incompatible with its initial shape"):
+        whilst.while_loop(ok_cond, ok_body, [0, np.ones(2, np.float32)],
+                          shape_invariants=[(), (3,)])
+
+
+def test_shape_invariants_more_general_than_whilst_keeps():
+    # TF doc example: m grows along axis 0, allowed by TensorShape([None, 2]).
+    def body(i, m):
+        return i + 1, jnp.concatenate([m, m], axis=0)
+
+    with pytest.raises(ValueError, match=r"changes shape across iterations.*more general "
+                                         r"than whilst can keep.*preallocate"):
+        whilst.while_loop(ok_cond, body, [0, np.ones((2, 2), np.float32)],
+                          shape_invariants=[(), (None, 2)])
+
+
+def test_general_shape_invariants_accepted_when_shapes_stay_fixed():
+    out = whilst.while_loop(ok_cond, ok_body, [0, np.ones((2, 2), np.float32)],
+                            shape_invariants=[(), (None, 2)])
+    assert out[1].shape == (2, 2)
+
+
+def test_reverse_mode_without_bound_explains_the_options():
+    def f(x):
+        return whilst.while_loop(lambda x: x < 10.0, lambda x: x * 2.0, [x])
+
+    with pytest.raises(ValueError, match=r"maximum_iterations=<a Python int>.*checkpointed"):
+        jax.grad(f)(1.0)
+
+
+def test_body_output_structure_differs_names_the_entry():
+    def body(i, p):
+        return i + 1, (p.a, p.b)
+
+    with pytest.raises(TypeError, match=r"for loop_vars\[1\] it returned .*P\("):
+        whilst.while_loop(ok_cond, body, [0, P(1.0, 2.0)])
