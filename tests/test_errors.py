@@ -130,5 +130,6 @@ def test_body_output_structure_differs_names_the_entry():
     def body(i, p):
         return i + 1, (p.a, p.b)
 
-    with pytest.raises(TypeError, match=r"for loop_vars\[1\] it returned .*P\("):
+    with pytest.raises(TypeError, match=r"for loop_vars\[1\] it returned \(\*, \*\) but "
+                                        r"the loop variable is P\(a=\*, b=\*\)"):
         whilst.while_loop(ok_cond, body, [0, P(1.0, 2.0)])

@@ -153,5 +153,11 @@ def _same_structure(a, b):
     return jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
 
 
+class _Leaf:
+    def __repr__(self):
+        return "*"
+
+
 def _describe(tree) -> str:
-    return str(tree).replace("PyTreeDef", "")
+    """`P(a=*, b=(*, *))` for a pytree structure, `*` marking arrays."""
+    return repr(jax.tree_util.tree_unflatten(tree, [_Leaf()] * tree.num_leaves))
