@@ -1,0 +1,39 @@
+"""What the samples share: timing each stage, and timing a call on IREE and on JAX."""
+import contextlib
+import time
+
+import jax
+
+
+class Stages:
+    """Wall-clock seconds per named stage: `with stages("IREE compile"): ...`."""
+
+    def __init__(self):
+        self.seconds = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name):
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - start
+
+    def print(self):
+        for name, seconds in self.seconds.items():
+            print(f"  {name:<44} {seconds * 1e3:9.1f} ms")
+
+
+def best_time(fn, *args, repeat=5):
+    """Seconds of the fastest of `repeat` calls of `fn(*args)`, after one warm-up
+    call (which compiles, for a jitted JAX function)."""
+    jax.block_until_ready(fn(*args))
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def print_speed(what, iree_seconds, jax_seconds):
+    print(f"  {what:<44} IREE {iree_seconds * 1e3:8.3f} ms   "
+          f"JAX (jit, CPU) {jax_seconds * 1e3:8.3f} ms")

@@ -1,0 +1,13 @@
+"""The samples at a small size: each runs end to end (export, IREE compile, run on the
+embedded runtime) and its `check` compares the IREE results with an oracle that does
+not use whilst."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
+
+import cg  # noqa: E402
+
+
+def test_cg_solution_and_gradient_match_linalg_solve():
+    cg.check(cg.run(n=16))
