@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from whilst.lowering import Exported, compile_text, export, prepare
+from whilst.lowering import Exported, compile_text, export, prepare, target_metadata
 
 
 class Compiled:
@@ -45,7 +45,9 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       example_args: example inputs or `jax.ShapeDtypeStruct`s (for a function).
       target: "llvm-cpu", "vulkan-spirv", "cuda", "rocm", or a sequence of them.
       cpu: the llvm-cpu target CPU ("host", "generic" or an LLVM CPU name).
-      gpu_arch: GPU architecture (e.g. "sm_80", "gfx942"); a default per target.
+      gpu_arch: GPU architecture (e.g. "sm_80", "gfx942") for every GPU target, or a
+        dict {target: arch}; a default per target. One module compiled for several
+        targets carries an executable for each and runs on any one of them.
       name: the function's name when a function is given.
 
     Raises:
@@ -61,5 +63,6 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
     if len(set(names)) != len(names):
         raise ValueError(f"compile: exported functions need distinct names; found {names}.")
     targets = (target,) if isinstance(target, str) else tuple(target)
-    data = compile_text(prepare(exports), targets=targets, cpu=cpu, gpu_arch=gpu_arch)
+    text = prepare(exports, targets=target_metadata(targets, cpu, gpu_arch))
+    data = compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch)
     return Compiled(data, targets, tuple(names))

@@ -4,7 +4,7 @@ from whilst.lowering import _while_lowering  # noqa: F401  (registers the loweri
 from whilst.lowering._export import Exported, export
 from whilst.lowering._iree import (
     TARGETS, CompileError, compile_flags, compile_text, compile_to_stream, prepare,
-    stream_copy_sizes)
+    stream_copy_sizes, target_metadata)
 
 __all__ = ["TARGETS", "CompileError", "Exported", "compile_flags", "compile_text",
-           "compile_to_stream", "export", "prepare", "stream_copy_sizes"]
+           "compile_to_stream", "export", "prepare", "stream_copy_sizes", "target_metadata"]

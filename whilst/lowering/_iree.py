@@ -7,14 +7,23 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
   * each public function gets `iree.reflection = {whilst = "<signature json>"}`,
-    which the runtime reads back to rebuild pytrees.
+    which the runtime reads back to rebuild pytrees, and, when the targets are
+    given, `whilst_targets = "<targets json>"` (see `target_metadata`).
+
+Several targets make ONE device that selects, at load time, the first target
+whose driver matches (`--iree-hal-target-device=cuda,local`): the module
+carries an executable per target and runs on any one of them. Repeating the
+flag instead would declare several devices that must all be present at once.
+IREE 3.13 keeps only one target's variant of each *linked* executable (the
+others are dropped without a diagnostic), so executables are not linked when
+there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
 
-from whilst.runtime._signature import REFLECTION_KEY, dumps
+from whilst.runtime._signature import REFLECTION_KEY, TARGETS_KEY, dumps
 
 AFFINITY = "#hal.device.affinity<@__device_0>"
 _SHARED_INIT_WARNING = (
@@ -31,13 +40,14 @@ class Target:
     name: str
     device: str
     driver: str
+    drivers: tuple[str, ...]
 
 
 TARGETS = {
-    "llvm-cpu": Target("llvm-cpu", "local", "local-sync"),
-    "vulkan-spirv": Target("vulkan-spirv", "vulkan", "vulkan"),
-    "cuda": Target("cuda", "cuda", "cuda"),
-    "rocm": Target("rocm", "hip", "hip"),
+    "llvm-cpu": Target("llvm-cpu", "local", "local-sync", ("local-sync", "local-task")),
+    "vulkan-spirv": Target("vulkan-spirv", "vulkan", "vulkan", ("vulkan",)),
+    "cuda": Target("cuda", "cuda", "cuda", ("cuda",)),
+    "rocm": Target("rocm", "hip", "hip", ("hip",)),
 }
 DEFAULT_GPU_ARCH = {"cuda": "sm_80", "rocm": "gfx942", "vulkan-spirv": None}
 
@@ -46,8 +56,11 @@ class CompileError(RuntimeError):
     """iree-compile rejected a module; the message keeps IREE's diagnostics."""
 
 
-def prepare(exports) -> str:
-    """Merge `Exported` functions into one module text ready for iree-compile."""
+def prepare(exports, targets=None) -> str:
+    """Merge `Exported` functions into one module text ready for iree-compile.
+
+    `targets`, if given, is `target_metadata(...)`, stored on each function.
+    """
     from iree.compiler import ir
 
     with ir.Context(), ir.Location.unknown():
@@ -62,8 +75,10 @@ def prepare(exports) -> str:
                         warnings.warn(_SHARED_INIT_WARNING.format(exp.name), stacklevel=3)
                     else:
                         op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
-                    op.attributes["iree.reflection"] = ir.DictAttr.get(
-                        {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))})
+                    reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
+                    if targets is not None:
+                        reflection[TARGETS_KEY] = ir.StringAttr.get(dumps(targets))
+                    op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
                 merged.body.append(op.operation)
         return merged.operation.get_asm(enable_debug_info=False)
 
@@ -112,23 +127,52 @@ def _rename_symbols(module, name: str) -> None:
             table.set_symbol_name(op, new)
 
 
-def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
-    """iree-compile flags for one module that runs on each of `targets`."""
-    flags = ["--iree-input-type=stablehlo"]
+def _check_targets(targets) -> None:
+    if not targets:
+        raise ValueError(f"no target given; expected one or more of {sorted(TARGETS)}")
     for t in targets:
         if t not in TARGETS:
             raise ValueError(f"unknown target {t!r}; expected one of {sorted(TARGETS)}")
-        flags.append(f"--iree-hal-target-device={TARGETS[t].device}")
+
+
+def _gpu_arch(target: str, gpu_arch) -> str | None:
+    """`gpu_arch` is None, one architecture for every GPU target, or {target: arch}."""
+    if isinstance(gpu_arch, dict):
+        return gpu_arch.get(target) or DEFAULT_GPU_ARCH.get(target)
+    return gpu_arch or DEFAULT_GPU_ARCH.get(target)
+
+
+def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
+    """iree-compile flags for one module that runs on each of `targets`.
+
+    `gpu_arch` is one architecture for every GPU target or a dict
+    `{target: arch}`; GPU targets without one get `DEFAULT_GPU_ARCH`.
+    """
+    _check_targets(targets)
+    devices = ",".join(TARGETS[t].device for t in targets)
+    flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}"]
+    if len(targets) > 1:
+        flags.append("--iree-hal-link-executables=false")
+    for t in targets:
+        arch = _gpu_arch(t, gpu_arch)
         if t == "llvm-cpu":
             flags += ["--iree-hal-local-target-device-backends=llvm-cpu",
                       f"--iree-llvmcpu-target-cpu={cpu}"]
         elif t == "cuda":
-            flags.append(f"--iree-cuda-target={gpu_arch or DEFAULT_GPU_ARCH['cuda']}")
+            flags.append(f"--iree-cuda-target={arch}")
         elif t == "rocm":
-            flags.append(f"--iree-hip-target={gpu_arch or DEFAULT_GPU_ARCH['rocm']}")
-        elif t == "vulkan-spirv" and gpu_arch:
-            flags.append(f"--iree-vulkan-target={gpu_arch}")
+            flags.append(f"--iree-rocm-target={arch}")
+        elif t == "vulkan-spirv" and arch:
+            flags.append(f"--iree-vulkan-target={arch}")
     return flags
+
+
+def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
+    """What a module records about its targets: `[{"name", "arch", "drivers"}]`,
+    `arch` being the CPU for llvm-cpu and the GPU architecture otherwise."""
+    _check_targets(targets)
+    return [{"name": t, "arch": cpu if t == "llvm-cpu" else _gpu_arch(t, gpu_arch),
+             "drivers": list(TARGETS[t].drivers)} for t in targets]
 
 
 def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,

@@ -18,6 +18,7 @@ import collections
 import json
 
 REFLECTION_KEY = "whilst"
+TARGETS_KEY = "whilst_targets"
 LEAF = object()
 
 
