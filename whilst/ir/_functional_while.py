@@ -34,8 +34,8 @@ import numpy as np
 from jax import lax
 from jax._src import core, dispatch
 from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching
-from jax._src.util import split_list
+from jax._src.interpreters import ad, batching, partial_eval as pe
+from jax._src.util import merge_lists, partition_list, split_list
 
 from whilst.ir._tracing import call, trace_closed
 
@@ -51,12 +51,32 @@ functional_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
                      static_bound, name, role="forward", accumulators=0, unroll=None):
-    """Bind `functional_while_p`; returns `[counter, *carry]` (see the module docstring)."""
+    """Bind `functional_while_p`; returns `[counter, *carry]` (see the module docstring).
+
+    Carries that body returns unchanged are loop invariants: they are passed to
+    cond and body as constants instead, so no transformation carries, batches
+    or stacks them.
+    """
     assert role in ROLES, role
+    nb = len(body_consts)
+    forwarded = pe._jaxpr_forwarding(body_jaxpr.jaxpr)
+    invariant = [forwarded[j] == nb + 1 + j for j in range(len(carry))]
+    if any(invariant):
+        body_jaxpr = pe.move_binders_to_front(
+            pe.prune_closed_jaxpr_outputs(body_jaxpr, [not v for v in invariant]),
+            [False] * (nb + 1) + invariant)
+        cond_jaxpr = pe.move_binders_to_front(
+            cond_jaxpr, [False] * (len(cond_consts) + 1) + invariant)
+        carry_kept, moved = partition_list(invariant, list(carry))
+        counter, *outs = functional_while(
+            [*moved, *cond_consts], [*moved, *body_consts], bound, carry_kept,
+            cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, static_bound=static_bound,
+            name=name, role=role, accumulators=accumulators, unroll=unroll)
+        return [counter, *merge_lists(invariant, outs, moved)]
     return functional_while_p.bind(
         *cond_consts, *body_consts, bound, *carry,
         cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-        cond_nconsts=len(cond_consts), body_nconsts=len(body_consts),
+        cond_nconsts=len(cond_consts), body_nconsts=nb,
         static_bound=static_bound, name=name, role=role,
         accumulators=accumulators, unroll=unroll)
 

@@ -31,8 +31,9 @@ differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules.
 
 Residual choice: only what `body_linear` reads is kept; residuals computed from
 loop constants alone are hoisted out of the loop and computed once; constants
-and pass-through carries are passed as they are; everything else is stacked,
-one row per step, in buffers preallocated to `static_bound` rows.
+(pass-through carries become constants, see `functional_while`) are passed as
+they are; everything else is stacked, one row per step, in buffers preallocated
+to `static_bound` rows.
 """
 from __future__ import annotations
 
@@ -193,13 +194,10 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     if static_bound is None:
         raise unbounded_reverse_mode_error(name)
 
-    # Pass-through carries (body returns them unchanged) are loop invariants.
-    body_fwd = pe._jaxpr_forwarding(body_jaxpr.jaxpr)
     ninner = len(body_jaxpr.consts)
     first_carry = body_nconsts + 1
-    pass_through = [f == first_carry + j for j, f in enumerate(body_fwd)]
-    allow_fwds = ([True] * ninner + [True] * body_nconsts + [False]
-                  + [p for p in pass_through])
+    # Residuals that are loop constants are passed as they are (never the carry).
+    allow_fwds = [True] * (ninner + body_nconsts) + [False] * (1 + len(carry))
 
     for _ in range(len(carry) + 1):
         primal_jaxpr, num_res, carry_nz_out, in_fwd_res, tangent_jaxpr = ad.linearize_jaxpr(
@@ -214,7 +212,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         primal_jaxpr, list(body_consts), num_res)
 
     # Each residual is an invariant value or a row of a stack.
-    fwd_sources = [*body_jaxpr.consts, *body_consts, None, *carry]
+    fwd_sources = [*body_jaxpr.consts, *body_consts]
     hoisted_iter, step_index = iter(hoisted_res), 0
     residual_kinds, invariants = [], []
     for f, hoisted in zip(in_fwd_res, _hoisted_flags(in_fwd_res, which_hoisted)):
@@ -233,7 +231,8 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     assert len(row_avals) == n_rows
 
     # (a) the primal While with accumulators.
-    stack_avals = [core.ShapedArray((static_bound, *a.shape), a.dtype) for a in row_avals]
+    rows_allocated = max(static_bound, 1)  # a zero-trip loop still needs a valid stack type
+    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), a.dtype) for a in row_avals]
     nh = len(hoisted_consts)
 
     def forward_body(*args):
