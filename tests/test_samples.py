@@ -7,7 +7,12 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
 
 import cg  # noqa: E402
+import newton  # noqa: E402
 
 
 def test_cg_solution_and_gradient_match_linalg_solve():
     cg.check(cg.run(n=16))
+
+
+def test_newton_root_and_its_derivative_match_implicit_function_theorem():
+    newton.check(newton.run(n=8))
