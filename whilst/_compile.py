@@ -4,10 +4,13 @@ from __future__ import annotations
 import os
 
 from whilst.lowering import Exported, compile_text, export, prepare, target_metadata
+from whilst.runtime._module_file import seal
 
 
 class Compiled:
-    """A compiled IREE module: `bytes(c)` or `c.data` are the `.vmfb` contents."""
+    """A compiled IREE module: `bytes(c)` or `c.data` are the `.vmfb` contents
+    (an IREE module followed by a checksum the whilst runtime verifies, which
+    IREE's own tools ignore)."""
 
     def __init__(self, data: bytes, targets: tuple[str, ...], functions: tuple[str, ...]):
         self.data = data
@@ -64,5 +67,5 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
         raise ValueError(f"compile: exported functions need distinct names; found {names}.")
     targets = (target,) if isinstance(target, str) else tuple(target)
     text = prepare(exports, targets=target_metadata(targets, cpu, gpu_arch))
-    data = compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch)
+    data = seal(compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch))
     return Compiled(data, targets, tuple(names))

@@ -4,18 +4,14 @@ Needs only `iree-base-runtime` and numpy: no JAX, no compiler.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
 
 from whilst.runtime import _signature as sig
+from whilst.runtime._module_file import LoadError, info, parse, read_bytes, unseal
 
 DRIVERS = ("local-sync", "local-task", "cuda", "vulkan", "hip")
-
-
-class LoadError(RuntimeError):
-    """Loading or calling a module failed; the message says why and what to do."""
 
 
 def _iree():
@@ -98,44 +94,49 @@ class Function:
 class Module:
     """A loaded `.vmfb`: exported functions as attributes or `module["name"]`.
 
-    Calls are serialised per module with a lock (one IREE context is not
-    re-entrant); use one `load` per thread for parallel calls.
+    Safe to call from several threads: calls into one module are serialised
+    by a lock (an IREE VM context is not re-entrant); load the module once per
+    thread to run calls in parallel.
+
+    Attributes:
+      driver: the runtime driver the module runs on.
+      info: what the module says about itself (`ModuleInfo`: signatures, targets).
+      functions: name -> `Function`.
     """
 
     def __init__(self, data: bytes, driver: str):
         rt = _iree()
+        body = unseal(data)
+        self.info = info(data, parse(rt.VmInstance(), body))
+        targets = self.info.describe_targets()
+        if self.info.drivers is not None and driver not in self.info.drivers:
+            raise LoadError(
+                f"the module was compiled for {targets}; it cannot run with driver "
+                f"{driver!r}. Load it with driver={self.info.drivers[0]!r}, or recompile it "
+                f"for this device's target (`whilst compile --target`).")
         available = rt.query_available_drivers()
         if driver not in available:
-            raise LoadError(f"driver {driver!r} is not available here; available "
-                                f"drivers: {sorted(available)}.")
+            raise LoadError(f"driver {driver!r} is not built into this IREE runtime; its "
+                            f"drivers: {sorted(available)}. The module's targets: {targets}.")
         try:
             self._config = rt.Config(driver)
-        except (RuntimeError, ValueError) as e:
-            raise LoadError(f"driver {driver!r} found no usable device: {e}. Available "
-                                f"drivers: {sorted(available)}.") from None
-        try:
-            self._vm_module = rt.VmModule.copy_buffer(self._config.vm_instance, data)
-        except (RuntimeError, ValueError) as e:
-            raise LoadError(
-                f"not a valid IREE module (.vmfb), or a truncated or corrupted one: {e}. "
-                f"Recompile it with `whilst compile`.") from None
+        except Exception as e:  # IREE maps its status codes to several exception types
+            raise LoadError(f"driver {driver!r} found no usable device: {e}. Drivers built "
+                            f"into this IREE runtime: {sorted(available)}; the module's "
+                            f"targets: {targets}.") from None
+        self._vm_module = parse(self._config.vm_instance, body)
         try:
             self._context = rt.SystemContext(vm_modules=[self._vm_module], config=self._config)
-        except (RuntimeError, ValueError) as e:
+        except Exception as e:
             raise LoadError(
-                f"the module cannot run with driver {driver!r}: {e}. Compile it for this "
-                f"device's target, or choose the driver of a target it was compiled for.") from None
+                f"the module cannot run with driver {driver!r}: {e}. The module's targets: "
+                f"{targets}. Choose the driver of one of them, or recompile it for this "
+                f"device.") from None
         self.driver = driver
         self._lock = threading.Lock()
         self._bound = self._context.modules[self._vm_module.name]
-        self.functions = {}
-        for name in self._vm_module.function_names:
-            if name.startswith("__"):
-                continue
-            reflection = self._vm_module.lookup_function(name).reflection
-            signature = sig.loads(reflection[sig.REFLECTION_KEY]) if (
-                sig.REFLECTION_KEY in reflection) else None
-            self.functions[name] = Function(self, name, signature)
+        self.functions = {name: Function(self, name, signature)
+                          for name, signature in self.info.functions.items()}
 
     def _invoke(self, name, flat):
         with self._lock:
@@ -177,18 +178,12 @@ def load(path_or_bytes, driver: str = "local-sync") -> Module:
 
     Returns:
       A `Module` whose functions take and return the pytrees they were exported with.
+
+    Raises:
+      LoadError: the module is truncated or corrupted, or cannot run with
+        `driver` (the message lists the available drivers and the module's targets).
+      FileNotFoundError: the path cannot be read.
     """
     if driver not in DRIVERS:
         raise ValueError(f"load: driver must be one of {DRIVERS}; found {driver!r}.")
-    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        data = bytes(path_or_bytes)
-    elif isinstance(path_or_bytes, (str, os.PathLike)):
-        try:
-            with open(path_or_bytes, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise FileNotFoundError(f"load: cannot read module {os.fspath(path_or_bytes)!r}: "
-                                    f"{e.strerror}.") from None
-    else:
-        raise TypeError(f"load: expected a path or bytes; found {type(path_or_bytes).__name__}.")
-    return Module(data, driver)
+    return Module(read_bytes(path_or_bytes), driver)

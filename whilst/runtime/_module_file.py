@@ -1,0 +1,142 @@
+"""The `.vmfb` file: its integrity seal and the metadata readable without a device.
+
+whilst appends a seal to every module it compiles: `SEAL_MAGIC` and the
+SHA-256 of the IREE module before it. IREE ignores trailing bytes (the module
+still runs under `iree-run-module`), and the loader refuses a module whose
+seal does not match, so a corrupted module gives an error instead of running
+damaged machine code. Modules without a seal (from `iree-compile` itself)
+are checked by IREE's verifier only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+
+from whilst.runtime import _signature as sig
+
+SEAL_MAGIC = b"\0whilst-sha256\0\0"
+_SEAL_LEN = len(SEAL_MAGIC) + 32
+
+
+class LoadError(RuntimeError):
+    """Loading or calling a module failed; the message says why and what to do."""
+
+
+def seal(data: bytes) -> bytes:
+    """`data` (an IREE module) followed by its whilst seal."""
+    return data + SEAL_MAGIC + hashlib.sha256(data).digest()
+
+
+def unseal(data: bytes) -> bytes:
+    """The IREE module inside `data`, after checking its seal if it has one.
+
+    Raises:
+      LoadError: the seal does not match (the file was changed or damaged).
+    """
+    if not is_sealed(data):
+        return data
+    body, digest = data[:-_SEAL_LEN], data[-32:]
+    if hashlib.sha256(body).digest() != digest:
+        raise LoadError("the module is corrupted: its contents do not match the checksum "
+                        "whilst stored when compiling it. Recompile it with `whilst compile` "
+                        "or copy it again.")
+    return body
+
+
+def read_bytes(path_or_bytes) -> bytes:
+    """The bytes of a module given as a path (str or os.PathLike) or as bytes."""
+    if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+        return bytes(path_or_bytes)
+    if isinstance(path_or_bytes, (str, os.PathLike)):
+        try:
+            with open(path_or_bytes, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise FileNotFoundError(f"cannot read module {os.fspath(path_or_bytes)!r}: "
+                                    f"{e.strerror}.") from None
+    raise TypeError(f"expected a path or bytes; found {type(path_or_bytes).__name__}.")
+
+
+def parse(instance, data: bytes):
+    """`data` (unsealed) as an `iree.runtime.VmModule` of `instance`, or a LoadError."""
+    import iree.runtime as rt
+
+    try:
+        return rt.VmModule.copy_buffer(instance, data)
+    except Exception as e:  # IREE maps its status codes to several exception types
+        raise LoadError(
+            f"not a valid IREE module (.vmfb), or a truncated or corrupted one: {e}. "
+            f"Recompile it with `whilst compile`.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleInfo:
+    """What a module says about itself.
+
+    Attributes:
+      functions: exported function name -> its whilst signature (see
+        `whilst.runtime._signature`), or None for a function whilst did not export.
+      targets: `[{"name", "arch", "drivers"}, ...]` the module was compiled for,
+        or None when it does not record them.
+      sealed: whether the module carries a whilst seal (checked on reading).
+      size: the file's size in bytes.
+    """
+    functions: dict
+    targets: list | None
+    sealed: bool
+    size: int
+
+    @property
+    def drivers(self) -> list[str] | None:
+        """The runtime drivers that can run the module, or None when unknown."""
+        if self.targets is None:
+            return None
+        return list(dict.fromkeys(d for t in self.targets for d in t["drivers"]))
+
+    def describe_targets(self) -> str:
+        if self.targets is None:
+            return "unknown (the module records no targets)"
+        return ", ".join(_describe_target(t) for t in self.targets)
+
+
+def _describe_target(target: dict) -> str:
+    arch = f" ({target['arch']})" if target["arch"] else ""
+    return f"{target['name']}{arch} -> driver {' or '.join(target['drivers'])}"
+
+
+def is_sealed(data: bytes) -> bool:
+    return len(data) >= _SEAL_LEN and data[-_SEAL_LEN:-32] == SEAL_MAGIC
+
+
+def describe(path_or_bytes) -> ModuleInfo:
+    """Read a module's functions, signatures and targets without creating a device.
+
+    Raises:
+      LoadError: the module is not a valid, intact `.vmfb`.
+      FileNotFoundError: the path cannot be read.
+    """
+    data = read_bytes(path_or_bytes)
+    return info(data, parse_module(data))
+
+
+def parse_module(data: bytes):
+    """The unsealed `VmModule` of `data` in a VM instance of its own."""
+    import iree.runtime as rt
+
+    return parse(rt.VmInstance(), unseal(data))
+
+
+def info(data: bytes, vm_module) -> ModuleInfo:
+    """The `ModuleInfo` of `data`, already parsed as `vm_module`."""
+    functions, targets = {}, None
+    for name in vm_module.function_names:
+        if name.startswith("__"):
+            continue
+        reflection = vm_module.lookup_function(name).reflection
+        functions[name] = (sig.loads(reflection[sig.REFLECTION_KEY])
+                           if sig.REFLECTION_KEY in reflection else None)
+        if sig.TARGETS_KEY in reflection:
+            targets = sig.loads(reflection[sig.TARGETS_KEY])
+    return ModuleInfo(functions=functions, targets=targets, sealed=is_sealed(data),
+                      size=len(data))
