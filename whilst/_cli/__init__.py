@@ -1,0 +1,1 @@
+"""The `whilst` command's subcommands, one module each (see `whilst.cli`)."""

@@ -1,0 +1,46 @@
+"""`whilst inspect`: a module's functions, pytree signatures and targets (no jax)."""
+from __future__ import annotations
+
+import shlex
+
+from whilst._cli._errors import CLIError
+from whilst._cli._leaves import describe_dims, leaf_paths
+from whilst.runtime import _signature as sig
+
+
+def main(args, out=print) -> None:
+    from whilst.runtime import LoadError, describe
+
+    try:
+        info = describe(args.module)
+    except (LoadError, FileNotFoundError) as e:
+        raise CLIError(f"{args.module}: {e}") from None
+    seal = ("whilst checksum verified" if info.sealed
+            else "no whilst checksum (not compiled by whilst)")
+    out(f"{args.module}: {info.size / 1024:.1f} KiB, {seal}")
+    out(f"targets: {info.describe_targets()}")
+    driver = info.drivers[0] if info.drivers else "local-sync"
+    for name, s in info.functions.items():
+        out("")
+        if s is None:
+            out(f"function {name} (no whilst signature)")
+            continue
+        out(f"function {name}{sig.describe_tree(s['inputs'], s['input_avals'])} -> "
+            f"{sig.describe_tree(s['outputs'], s['output_avals'])}")
+        in_paths = leaf_paths(s["inputs"], "args")
+        out("  inputs (one --input .npy each, in this order):")
+        for k, (p, a) in enumerate(zip(in_paths, s["input_avals"])):
+            out(f"    {k}  {p:<20} {sig.format_aval(a)}")
+        out("  outputs:")
+        for k, (p, a) in enumerate(zip(leaf_paths(s["outputs"], "result"), s["output_avals"])):
+            out(f"    {k}  {p:<20} {sig.format_aval(a)}")
+        dims = describe_dims(s)
+        if dims:
+            out(f"  symbolic dimensions: {', '.join(dims)} (any size >= 1, the same size "
+                f"wherever a name appears)")
+        files = [f"--input=@{p.replace('[', '').replace(']', '').replace(chr(39), '')}.npy"
+                 for p in in_paths]
+        cmd = ["iree-run-module", f"--module={args.module}", f"--device={driver}",
+               f"--function={name}", *files]
+        out("  equivalent iree-run-module command line:")
+        out("    " + " ".join(shlex.quote(c) for c in cmd))

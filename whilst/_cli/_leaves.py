@@ -1,0 +1,17 @@
+"""Naming the leaves of a function's inputs and outputs from its module signature
+(pure Python: used by `whilst run` and `whilst inspect`, which do not import jax)."""
+from __future__ import annotations
+
+from whilst.runtime import _signature as sig
+
+
+def leaf_paths(tree: dict, root: str) -> list[str]:
+    """Paths such as `args[0]`, `result['h']` of every leaf of `tree`, in order."""
+    marks = [object() for _ in range(sig.count_leaves(tree))]
+    return [path for path, _ in sig.flatten(tree, sig.unflatten(tree, marks), root)]
+
+
+def describe_dims(signature: dict) -> list[str]:
+    """The symbolic dimension names of a signature's inputs, in order of appearance."""
+    names = [d for a in signature["input_avals"] for d in a["shape"] if isinstance(d, str)]
+    return list(dict.fromkeys(names))

@@ -1,0 +1,137 @@
+"""The user's function named on the command line (`MODULE.py:FUNCTION`), its
+argument specs, and its gradient (`--grad ARGNUMS`). Imports jax."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+
+from whilst._cli._errors import CLIError
+from whilst._cli._specs import parse_spec, to_shape_dtype_structs
+
+
+@dataclasses.dataclass
+class Target:
+    """A function to export under `name`, with its example `args`."""
+    name: str
+    fn: object
+    args: list
+    description: str
+
+
+def where(exc: BaseException, path: str | None) -> str:
+    """` (at FILE:LINE in FUNC)` for the innermost traceback frame in `path`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if path is not None:
+        inside = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+        frames = inside or frames
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {os.path.relpath(f.filename)}:{f.lineno} in {f.name})"
+
+
+def load_function(ref: str):
+    """`MODULE.py:FUNCTION` or `package.module:FUNCTION` -> (function, source path)."""
+    module_ref, sep, name = ref.rpartition(":")
+    if not sep or not module_ref or not name:
+        raise CLIError(f"{ref!r} does not name a function; write MODULE.py:FUNCTION, e.g. "
+                       f"model.py:loss.")
+    if module_ref.endswith(".py"):
+        if not os.path.isfile(module_ref):
+            raise CLIError(f"cannot find {module_ref!r} (looked in {os.getcwd()}); give the "
+                           f"path to the Python file that defines {name}.")
+        path = os.path.abspath(module_ref)
+        sys.path.insert(0, os.path.dirname(path))
+        spec = importlib.util.spec_from_file_location(
+            os.path.splitext(os.path.basename(path))[0], path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        loader = lambda: spec.loader.exec_module(module)  # noqa: E731
+    else:
+        path = None
+        loader = lambda: importlib.import_module(module_ref)  # noqa: E731
+    try:
+        result = loader()
+        module = module if path else result
+    except ModuleNotFoundError as e:
+        if path is None and e.name == module_ref:
+            raise CLIError(f"no module {module_ref!r}; give a file path ending in .py or an "
+                           f"importable module name.") from None
+        raise CLIError(f"importing {module_ref} failed: {type(e).__name__}: {e}"
+                       f"{where(e, path)}.") from e
+    except Exception as e:
+        raise CLIError(f"importing {module_ref} failed: {type(e).__name__}: {e}"
+                       f"{where(e, path)}.") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = sorted(k for k, v in vars(module).items()
+                       if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise CLIError(f"{module_ref} has no function {name!r}; it defines {found}.")
+    return fn, path or getattr(module, "__file__", None)
+
+
+def parse_argnums(text: str, nargs: int):
+    """`"0"` -> 0, `"0,2"` -> (0, 2), checked against the number of arguments."""
+    try:
+        nums = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise CLIError(f"--grad {text!r}: expected argument numbers such as 0 or 0,1.") from None
+    bad = [n for n in nums if not 0 <= n < nargs]
+    if bad:
+        raise CLIError(f"--grad {text!r}: the function takes {nargs} argument(s) (numbered "
+                       f"from 0), so {bad} is out of range.")
+    return nums[0] if len(nums) == 1 else nums
+
+
+def targets(ref: str, arg_specs: list[str], grad: str | None):
+    """The function (and its gradient) with example args, ready to export or trace."""
+    import jax
+    import numpy as np
+
+    if not arg_specs:
+        raise CLIError("give the function's argument specs with --arg, one per argument, "
+                       "e.g. --arg 'f32[8,4]' --arg 'i32[]'.")
+    specs = [parse_spec(s) for s in arg_specs]
+    fn, path = load_function(ref)
+    name = ref.rpartition(":")[2]
+    args = to_shape_dtype_structs(specs)
+    sig = ", ".join(s.text for s in specs)
+    out = [Target(name, fn, args, f"{name}({sig})")]
+    if grad is None:
+        return out, path
+    argnums = parse_argnums(grad, len(args))
+    try:
+        result = jax.eval_shape(fn, *args)
+    except Exception as e:
+        raise CLIError(f"tracing {name}({sig}) failed: {type(e).__name__}: {e}"
+                       f"{where(e, path)}.") from e
+    leaves = jax.tree_util.tree_leaves(result)
+    if len(leaves) != 1 or leaves[0].shape != () or \
+            not jax.numpy.issubdtype(leaves[0].dtype, np.inexact):
+        found = ", ".join(f"{np.dtype(x.dtype).name}{list(x.shape)}" for x in leaves)
+        raise CLIError(f"--grad needs {name} to return one float scalar (a loss); it returns "
+                       f"{found or 'nothing'}. Export a scalar loss instead, e.g. "
+                       f"`def loss(*args): return jnp.sum({name}(*args))`.")
+    for n in (argnums if isinstance(argnums, tuple) else (argnums,)):
+        if not jax.numpy.issubdtype(args[n].dtype, np.inexact):
+            raise CLIError(f"--grad {grad}: argument {n} is {specs[n].text}; gradients are "
+                           f"taken with respect to float arguments only.")
+    out.append(Target(f"{name}_grad", jax.grad(fn, argnums=argnums), args,
+                      f"{name}_grad = jax.grad({name}, argnums={argnums})"))
+    return out, path
+
+
+def run_traced(target: Target, path, what, action):
+    """`action()`, turning any exception from the user's code into one CLIError."""
+    try:
+        return action()
+    except CLIError:
+        raise
+    except Exception as e:
+        raise CLIError(f"{what} {target.description} failed: {type(e).__name__}: "
+                       f"{str(e).strip()}{where(e, path)}.") from e
