@@ -6,6 +6,7 @@ import os
 import time
 
 from whilst._cli._errors import CLIError
+from whilst._cli._leaves import describe_call
 from whilst._cli._user_fn import run_traced, targets
 
 
@@ -44,7 +45,6 @@ def main(args, out=print) -> None:
     from whilst.lowering import (CompileError, compile_text, export, prepare,
                                  target_metadata)
     from whilst.runtime._module_file import seal
-    from whilst.runtime._signature import describe_tree
 
     chosen = list(dict.fromkeys(args.target or ["llvm-cpu"]))
     gpu_arch = gpu_arch_option(args.gpu_arch, chosen)
@@ -59,7 +59,12 @@ def main(args, out=print) -> None:
                                       lambda t=t: export(t.fn, *t.args, name=t.name)))
     meta = target_metadata(chosen, args.cpu, gpu_arch)
     with stage(f"prepare for IREE ({len(exports)} function{'s' * (len(exports) > 1)})"):
-        text = prepare(exports, targets=meta)
+        try:
+            text = prepare(exports, targets=meta)
+        except Exception as e:  # the MLIR bindings raise their own error types
+            raise CLIError(f"IREE cannot read the exported StableHLO: {e}\nThe function uses "
+                           f"an operation IREE does not support (jnp.linalg, for example, "
+                           f"lowers to LAPACK calls).") from None
     if args.emit_mlir:
         os.makedirs(args.emit_mlir, exist_ok=True)
         for e in exports:
@@ -73,8 +78,9 @@ def main(args, out=print) -> None:
         try:
             data = seal(compile_text(text, targets=chosen, cpu=args.cpu, gpu_arch=gpu_arch))
         except CompileError as e:
-            raise CLIError(f"{e}\nRun `whilst compile ... --emit-mlir DIR` to keep the "
-                           f"module that was given to iree-compile.") from None
+            hint = ("" if args.emit_mlir else "\nAdd --emit-mlir DIR to keep the module given "
+                    "to iree-compile.")
+            raise CLIError(f"{e}{hint}") from None
     try:
         with open(args.output, "wb") as f:
             f.write(data)
@@ -83,9 +89,7 @@ def main(args, out=print) -> None:
     out(f"wrote {args.output} ({len(data) / 1024:.1f} KiB): "
         f"functions {', '.join(e.name for e in exports)}; targets {described}")
     for e in exports:
-        s = e.signature
-        out(f"  {e.name}{describe_tree(s['inputs'], s['input_avals'])} -> "
-            f"{describe_tree(s['outputs'], s['output_avals'])}")
+        out(f"  {describe_call(e.name, e.signature)}")
 
 
 def _write(path, text):

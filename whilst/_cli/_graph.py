@@ -107,7 +107,7 @@ class _Canvas:
     def text(self, x, y, s, size=13, weight="normal", color="#222", anchor="start"):
         self.parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" '
                           f'font-weight="{weight}" fill="{color}" text-anchor="{anchor}">'
-                          f'{html.escape(s)}</text>')
+                          f'{html.escape(s, quote=False)}</text>')
 
     def arrow(self, x, y1, y2):
         self.parts.append(f'<line x1="{x:.1f}" y1="{y1:.1f}" x2="{x:.1f}" y2="{y2:.1f}" '

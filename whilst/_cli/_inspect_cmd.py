@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 
 from whilst._cli._errors import CLIError
-from whilst._cli._leaves import describe_dims, leaf_paths
+from whilst._cli._leaves import describe_call, describe_dims, leaf_paths
 from whilst.runtime import _signature as sig
 
 
@@ -25,8 +25,7 @@ def main(args, out=print) -> None:
         if s is None:
             out(f"function {name} (no whilst signature)")
             continue
-        out(f"function {name}{sig.describe_tree(s['inputs'], s['input_avals'])} -> "
-            f"{sig.describe_tree(s['outputs'], s['output_avals'])}")
+        out(f"function {describe_call(name, s)}")
         in_paths = leaf_paths(s["inputs"], "args")
         out("  inputs (one --input .npy each, in this order):")
         for k, (p, a) in enumerate(zip(in_paths, s["input_avals"])):

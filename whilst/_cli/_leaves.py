@@ -15,3 +15,14 @@ def describe_dims(signature: dict) -> list[str]:
     """The symbolic dimension names of a signature's inputs, in order of appearance."""
     names = [d for a in signature["input_avals"] for d in a["shape"] if isinstance(d, str)]
     return list(dict.fromkeys(names))
+
+
+def describe_call(name: str, signature: dict) -> str:
+    """`name(f32[b,4], i32[]) -> f32[]`: the arguments as a call, then the outputs."""
+    avals, args = signature["input_avals"], []
+    for child in signature["inputs"]["tuple"]:
+        n = sig.count_leaves(child)
+        args.append(sig.describe_tree(child, avals[:n]))
+        avals = avals[n:]
+    outputs = sig.describe_tree(signature["outputs"], signature["output_avals"])
+    return f"{name}({', '.join(args)}) -> {outputs}"
