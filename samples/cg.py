@@ -10,7 +10,8 @@ A is read through its symmetric part (A + A^T) / 2, in the solver and in the ora
 CG needs a symmetric positive definite matrix, and only symmetric perturbations of A
 keep it one.
 
-The same module from the command line (`loss` and its gradient):
+The script's module holds `solve`, `loss` and `loss_grad`; the last two from the
+command line:
 
     whilst compile samples/cg.py:loss --arg 'f32[128,128]' --arg 'f32[128]' \\
         --grad 0,1 -o cg.vmfb

@@ -8,6 +8,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples
 
 import cg  # noqa: E402
 import newton  # noqa: E402
+import ode_fit  # noqa: E402
 
 
 def test_cg_solution_and_gradient_match_linalg_solve():
@@ -16,3 +17,7 @@ def test_cg_solution_and_gradient_match_linalg_solve():
 
 def test_newton_root_and_its_derivative_match_implicit_function_theorem():
     newton.check(newton.run(n=8))
+
+
+def test_ode_fit_first_gradient_matches_jax_and_fixed_step_count_oracle():
+    ode_fit.check(ode_fit.run(n_obs=5, train_steps=5))
