@@ -40,23 +40,23 @@ def load_function(ref: str):
     if not sep or not module_ref or not name:
         raise CLIError(f"{ref!r} does not name a function; write MODULE.py:FUNCTION, e.g. "
                        f"model.py:loss.")
-    if module_ref.endswith(".py"):
-        if not os.path.isfile(module_ref):
-            raise CLIError(f"cannot find {module_ref!r} (looked in {os.getcwd()}); give the "
-                           f"path to the Python file that defines {name}.")
-        path = os.path.abspath(module_ref)
-        sys.path.insert(0, os.path.dirname(path))
-        spec = importlib.util.spec_from_file_location(
-            os.path.splitext(os.path.basename(path))[0], path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        loader = lambda: spec.loader.exec_module(module)  # noqa: E731
-    else:
-        path = None
-        loader = lambda: importlib.import_module(module_ref)  # noqa: E731
+    path = None
     try:
-        result = loader()
-        module = module if path else result
+        if module_ref.endswith(".py"):
+            if not os.path.isfile(module_ref):
+                raise CLIError(f"cannot find {module_ref!r} (looked in {os.getcwd()}); give "
+                               f"the path to the Python file that defines {name}.")
+            path = os.path.abspath(module_ref)
+            sys.path.insert(0, os.path.dirname(path))
+            spec = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(path))[0], path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_ref)
+    except CLIError:
+        raise
     except ModuleNotFoundError as e:
         if path is None and e.name == module_ref:
             raise CLIError(f"no module {module_ref!r}; give a file path ending in .py or an "
