@@ -64,6 +64,14 @@ def check_swap_memory(swap_memory):
             f"while_loop: swap_memory must be a bool; found {swap_memory!r}.")
 
 
+def check_unroll(unroll):
+    if unroll is not None and (isinstance(unroll, bool) or not isinstance(unroll, int)
+                               or unroll <= 0):
+        raise ValueError(
+            f"while_loop: unroll must be None (automatic) or a positive int; found "
+            f"{unroll!r}. Pass e.g. unroll=8, or leave it out.")
+
+
 def bound_operand(maximum_iterations):
     """`maximum_iterations` -> (int32 bound operand, static bound or None)."""
     if maximum_iterations is None:

@@ -12,7 +12,7 @@ from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
                back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
-               return_same_structure=False):
+               return_same_structure=False, unroll=None):
     """Repeat `body` while `cond` is true, as one functional While.
 
     Semantics, as plain Python::
@@ -39,7 +39,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         invariant allows it.
       parallel_iterations: positive int, accepted for TensorFlow compatibility.
         Iterations of a While depend on each other and run in order; whilst
-        unrolls the body instead (see the lowering).
+        unrolls the body instead (see `unroll`).
       back_prop: False stops gradients (and tangents) through the loop.
       swap_memory: bool, accepted for TensorFlow compatibility; stored steps stay
         in device memory (bound memory with `maximum_iterations`).
@@ -49,6 +49,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         traced; reverse mode needs a Python int).
       return_same_structure: False returns a single loop var bare and several
         as a list; True returns the structure of loop_vars.
+      unroll: loop steps per emitted `stablehlo.while` iteration (an extension
+        of the TensorFlow signature). None chooses from the body's size (tiny
+        bodies unroll more, up to 64); results, iteration counts and gradients
+        are the same for every value.
 
     Returns:
       The final loop_vars (see return_same_structure).
@@ -65,6 +69,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     checks.check_loop_vars(loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
+    checks.check_unroll(unroll)
     bound, static_bound = checks.bound_operand(maximum_iterations)
     name = "while" if name is None else str(name)
 
@@ -93,7 +98,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                static_bound=static_bound, name=name)
+                                static_bound=static_bound, name=name, unroll=unroll)
     result = jax.tree_util.tree_unflatten(in_tree, outs)
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result

@@ -27,7 +27,9 @@ Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
     return ct_consts, ct_carry
 
 Both are `functional_while_p`, so forward mode, batching and further
-differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules.
+differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. They
+choose their own unrolling (see `whilst.lowering.unroll_factor`): a `unroll`
+given to `while_loop` applies to the loop as written.
 
 Residual choice: only what `body_linear` reads is kept; residuals computed from
 loop constants alone are hoisted out of the loop and computed once; constants
@@ -256,7 +258,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, [*carry, *stacks0],
         cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,
-        name=name, role=role, accumulators=accumulators + n_rows, unroll=unroll)
+        name=name, role=role, accumulators=accumulators + n_rows)
     carry_out, stacks = split_list(outs, [ncarry])
 
     # (b) the linear While, with its body taking [invariants, rows, dconsts, dcarry].

@@ -1,10 +1,11 @@
 """Lowering: the MLIR rule for the functional While, export to StableHLO, and the
 preparation and compilation of exported modules for IREE."""
-from whilst.lowering import _while_lowering  # noqa: F401  (registers the lowering rules)
+from whilst.lowering._while_lowering import unroll_factor  # (also registers the rules)
 from whilst.lowering._export import Exported, export
 from whilst.lowering._iree import (
     TARGETS, CompileError, compile_flags, compile_text, compile_to_stream, prepare,
     stream_copy_sizes, target_metadata)
 
 __all__ = ["TARGETS", "CompileError", "Exported", "compile_flags", "compile_text",
-           "compile_to_stream", "export", "prepare", "stream_copy_sizes", "target_metadata"]
+           "compile_to_stream", "export", "prepare", "stream_copy_sizes", "target_metadata",
+           "unroll_factor"]
