@@ -13,9 +13,11 @@ theorem, du/dtheta = -(dF/du)^-1 dF/dtheta at the root (the oracle, with
 jnp.linalg.solve in JAX). A batch of parameters is solved by vmap, each example
 taking its own number of steps.
 
-The same root-derivative function from the command line:
+The script's module holds `solve_batch` and `root_jacobian`; the command line
+exports scalar functions and their gradients, so it compiles the mean of the root and
+its gradient (the column means of du*/dtheta) as `mean_root` and `mean_root_grad`:
 
-    whilst compile samples/newton.py:root --arg 'f32[2]' --jacobian -o newton.vmfb
+    whilst compile samples/newton.py:mean_root --arg 'f32[2]' --grad 0 -o newton.vmfb
 """
 import argparse
 import os
@@ -88,6 +90,11 @@ def solve(theta, n):
 def root(theta, n=64):
     """The root u*(theta) of F(., theta), on n grid points."""
     return solve(theta, n)[0]
+
+
+def mean_root(theta):
+    """The mean of u*(theta) over the grid: a scalar for `whilst compile --grad`."""
+    return jnp.mean(root(theta))
 
 
 def implicit_function_jacobian(u, theta):

@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
 
 import cg  # noqa: E402
+import lstm  # noqa: E402
 import newton  # noqa: E402
 import ode_fit  # noqa: E402
 
@@ -21,3 +22,7 @@ def test_newton_root_and_its_derivative_match_implicit_function_theorem():
 
 def test_ode_fit_first_gradient_matches_jax_and_fixed_step_count_oracle():
     ode_fit.check(ode_fit.run(n_obs=5, train_steps=5))
+
+
+def test_lstm_trip_counts_are_lengths_and_first_gradient_matches_unrolled_oracle():
+    lstm.check(lstm.run(hidden=8, batch_size=8, max_length=6, train_steps=5))
