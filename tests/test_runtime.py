@@ -247,6 +247,7 @@ def test_runtime_and_whilst_run_work_without_jax(compiled, tmp_path):
                      "--input", {str(tmp_path / 's.npy')!r}]) == 0
         assert not any(m == "jax" or m.startswith("jax.") for m in sys.modules
                        if sys.modules[m] is not None)
+        assert main(["compile", "model.py:f", "--arg", "f32[2]", "-o", "m.vmfb"]) == 1
     """)
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'blocker'}{os.pathsep}{REPO}")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -255,3 +256,4 @@ def test_runtime_and_whilst_run_work_without_jax(compiled, tmp_path):
     steps = reference_scan(np.full((3, 3), 0.25, np.float32), np.zeros(3, np.float32))[0]
     assert f"steps {steps}" in run.stdout
     assert "function scan" in run.stdout and "scan on local-sync" in run.stdout
+    assert "pip install 'whilst[compile]'" in run.stderr

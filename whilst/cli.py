@@ -136,10 +136,29 @@ _COMMANDS = {"compile": "whilst._cli._compile_cmd", "run": "whilst._cli._run_cmd
              "inspect": "whilst._cli._inspect_cmd", "ir": "whilst._cli._ir_cmd"}
 
 
+def _require_compiler(command: str) -> None:
+    missing = [name for name in ("jax", "iree.compiler") if not _installed(name)]
+    if missing:
+        raise CLIError(f"`whilst {command}` traces with JAX and compiles with IREE, but "
+                       f"{' and '.join(missing)} is not installed here; install them with "
+                       f"`pip install 'whilst[compile]'` (`whilst run` and `whilst inspect` "
+                       f"need neither).")
+
+
+def _installed(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 def main(argv=None) -> int:
     """Run the `whilst` command with `argv` (default `sys.argv[1:]`); returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command in ("compile", "ir"):
+            _require_compiler(args.command)
         importlib.import_module(_COMMANDS[args.command]).main(args)
     except CLIError as e:
         if args.debug:
