@@ -199,37 +199,37 @@ def _batching_rule(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconst
     bounds = _move_to_front(bound, bound_dim, True, size)
     ncc, nbc = len(cond_consts), len(body_consts)
 
-    def lane_active(cconsts, bounds, i, lane_counters, xs):
+    # Each lane counts down the steps its bound still allows, so the loop never
+    # starts two lane vectors from the same zeros (see whilst.lowering._iree).
+    def lane_active(cconsts, i, remaining, xs):
         (pred,) = call(cond_batched, *cconsts, i, *xs)
-        return lax.bitwise_and(lax.lt(lane_counters, bounds), pred)
+        return lax.bitwise_and(lax.gt(remaining, lax.full_like(remaining, 0)), pred)
 
     def cond(*args):
-        cconsts, (bounds, i, lane_counters), xs = split_list(args, [ncc, 3])
-        active = lane_active(cconsts, bounds, i, lane_counters, xs)
-        return [lax.reduce_or(active, (0,))]
+        cconsts, (i, remaining), xs = split_list(args, [ncc, 2])
+        return [lax.reduce_or(lane_active(cconsts, i, remaining, xs), (0,))]
 
     def body(*args):
-        cconsts, bconsts, (bounds, i, lane_counters), xs = split_list(args, [ncc, nbc, 3])
-        active = lane_active(cconsts, bounds, i, lane_counters, xs)
+        cconsts, bconsts, (i, remaining), xs = split_list(args, [ncc, nbc, 2])
+        active = lane_active(cconsts, i, remaining, xs)
         new = call(body_batched, *bconsts, i, *xs)
         kept = [lax.select(lax.broadcast_in_dim(active, x.shape, (0,)), n, x)
                 for n, x in zip(new, xs)]
-        return [lane_counters + active.astype(np.int32), *kept]
+        return [remaining - active.astype(np.int32), *kept]
 
     cc_avals = [core.typeof(x) for x in cond_consts]
     bc_avals = [core.typeof(x) for x in body_consts]
     lanes_aval = core.ShapedArray((size,), np.int32)
     carry_avals = [core.typeof(x) for x in carry]
-    new_cond = trace_closed(cond, [*cc_avals, lanes_aval, COUNTER_AVAL, lanes_aval,
-                                   *carry_avals], "functional_while_vmap_cond")
-    new_body = trace_closed(body, [*cc_avals, *bc_avals, lanes_aval, COUNTER_AVAL,
-                                   lanes_aval, *carry_avals], "functional_while_vmap_body")
-    lane_counters0 = lax.full((size,), 0, np.int32)
-    _, lane_counters, *outs = functional_while(
-        [*cond_consts, bounds], [*cond_consts, *body_consts, bounds],
-        lax.reduce_max(bounds, (0,)), [lane_counters0, *carry],
-        cond_jaxpr=new_cond, body_jaxpr=new_body, static_bound=static_bound, **params)
-    return [lane_counters, *outs], [0] * (1 + len(outs))
+    new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
+                            "functional_while_vmap_cond")
+    new_body = trace_closed(body, [*cc_avals, *bc_avals, COUNTER_AVAL, lanes_aval,
+                                   *carry_avals], "functional_while_vmap_body")
+    _, remaining, *outs = functional_while(
+        cond_consts, [*cond_consts, *body_consts], lax.reduce_max(bounds, (0,)),
+        [bounds, *carry], cond_jaxpr=new_cond, body_jaxpr=new_body,
+        static_bound=static_bound, **params)
+    return [bounds - remaining, *outs], [0] * (1 + len(outs))
 
 
 batching.fancy_primitive_batchers[functional_while_p] = _batching_rule

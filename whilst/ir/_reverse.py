@@ -43,10 +43,11 @@ import numpy as np
 
 from jax import lax
 from jax._src import core, dispatch
-from jax._src.ad_util import Zero, zeros_like_aval
+from jax._src.ad_util import Zero
 from jax._src.interpreters import ad, batching, partial_eval as pe
+from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
-from jax._src.util import split_list
+from jax._src.util import merge_lists, partition_list, split_list
 
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
@@ -58,15 +59,26 @@ def _row_aval(stack_aval):
     return core.ShapedArray(stack_aval.shape[1:], stack_aval.dtype)
 
 
+# Stacks are indexed with the primitives themselves: `0 <= index < len(stack)`
+# holds by construction, and lax.dynamic_slice's wrapping of negative indices
+# (a select on the index) costs IREE a device round trip per step.
+
+def _row_index(index, ndim):
+    zero = lax.full((), 0, np.int32)
+    return (index, *[zero] * (ndim - 1))
+
+
 def _read_rows(stacks, index):
-    """`[s[index] for s in stacks]`, with `0 <= index < len(s)` guaranteed by the loop."""
-    return [lax.dynamic_slice(s, (index,) + (0,) * (s.ndim - 1), (1, *s.shape[1:]))[0]
+    """`[s[index] for s in stacks]`."""
+    return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
+                                         slice_sizes=(1, *s.shape[1:]))[0]
             for s in stacks]
 
 
 def _write_rows(stacks, rows, index):
     """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [lax.dynamic_update_slice(s, r.astype(s.dtype)[None], (index,) + (0,) * r.ndim)
+    return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
+                                                *_row_index(index, s.ndim))
             for s, r in zip(stacks, rows)]
 
 
@@ -148,14 +160,18 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     dcarry_avals = [x.aval for x in dcarry]
     known_dconsts = [x for x, lin in zip(dconsts, dconst_linear) if not lin]
     acc_avals = [a for a, lin in zip(dconst_avals, dconst_linear) if lin]
-    ct_carry = [zeros_like_aval(a) if type(ct) is Zero else ct
-                for ct, a in zip(cts, dcarry_avals)]
-    ct_acc = [zeros_like_aval(a) for a in acc_avals]
-    nkd, ncarry = len(known_dconsts), len(dcarry)
+    # Everything that starts at zero: the accumulators, and the cotangents of
+    # carries the caller does not use (see `_ZeroStarted`).
+    zero_ct = [type(ct) is Zero for ct in cts]
+    ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
+    zeros = _ZeroStarted([a for a, z in zip(dcarry_avals, zero_ct) if z] + acc_avals)
+    nkd, ngiven = len(known_dconsts), len(ct_given)
 
     def body(*args):
-        (last,), inv, stk, kd, (k,), ct_x, acc = split_list(
-            args, [1, n_invariants, n_stacks, nkd, 1, ncarry])
+        (last,), inv, stk, kd, (k,), given, started = split_list(
+            args, [1, n_invariants, n_stacks, nkd, 1, ngiven])
+        zero_started, acc = split_list(zeros.unpack(started), [sum(zero_ct)])
+        ct_x = merge_lists(zero_ct, given, zero_started)
         rows = _read_rows(stk, last - k)
         kd_iter = iter(kd)
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
@@ -167,21 +183,61 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         ct_dc = [ct for ct, lin in zip(ct_dc, dconst_linear) if lin]
         ct_dx = [ad.instantiate_zeros(ct) for ct in ct_dx]
         new_acc = [a + ad.instantiate_zeros(ct) for a, ct in zip(acc, ct_dc)]
-        return [*ct_dx, *new_acc]
+        new_given, new_zero_started = partition_list(zero_ct, ct_dx)
+        return [*new_given, *zeros.update(started, [*new_zero_started, *new_acc])]
 
     consts = [n - 1, *invariants, *stacks, *known_dconsts]
     const_avals = [core.typeof(x) for x in consts]
-    carry_avals = [*dcarry_avals, *acc_avals]
+    carry_avals = [*[core.typeof(c) for c in ct_given], *zeros.avals]
     grad_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
-        [], consts, n, [*ct_carry, *ct_acc],
+        [], consts, n, [*ct_given, *zeros.initial()],
         cond_jaxpr=_always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient")
-    ct_dx_out, ct_acc_out = split_list(outs, [ncarry])
-    acc_iter = iter(ct_acc_out)
+    given_out, started_out = split_list(outs, [ngiven])
+    zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
+    ct_dx_out = merge_lists(zero_ct, given_out, zero_started_out)
+    acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
     return [None, *[None] * (n_invariants + n_stacks), *ct_dconsts, *ct_dx_out]
+
+
+class _ZeroStarted:
+    """Carries that start at zero, with those of one shape and dtype stacked into one
+    `[m, *shape]` carry.
+
+    A `stablehlo.while` whose carries start from equal values gets one shared
+    buffer for them from IREE 3.13 (wrong results; see whilst.lowering._iree);
+    stacking makes every zero-started carry of the gradient While a distinct type.
+    """
+
+    def __init__(self, avals):
+        keys = list(dict.fromkeys((tuple(a.shape), np.dtype(a.dtype)) for a in avals))
+        members = [[j for j, a in enumerate(avals) if (tuple(a.shape), np.dtype(a.dtype)) == key]
+                   for key in keys]
+        self.slots = [None] * len(avals)
+        self.avals = []
+        for group, (key, js) in enumerate(zip(keys, members)):
+            shape, dtype = key
+            for row, j in enumerate(js):
+                self.slots[j] = (group, row if len(js) > 1 else None)
+            self.avals.append(core.ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
+                                               dtype))
+
+    def initial(self):
+        return [lax.full(a.shape, 0, a.dtype) for a in self.avals]
+
+    def unpack(self, carries):
+        return [carries[g] if row is None else carries[g][row] for g, row in self.slots]
+
+    def update(self, carries, values):
+        carries = list(carries)
+        for (g, row), v in zip(self.slots, values):
+            v = v.astype(self.avals[g].dtype)
+            carries[g] = v if row is None else lax.dynamic_update_index_in_dim(
+                carries[g], v, row, 0)
+        return carries
 
 
 ad.primitive_transposes[linear_while_p] = _transpose_linear_while
