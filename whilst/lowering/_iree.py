@@ -27,7 +27,7 @@ from whilst.runtime._signature import REFLECTION_KEY, TARGETS_KEY, dumps
 
 AFFINITY = "#hal.device.affinity<@__device_0>"
 _SHARED_INIT_WARNING = (
-    "whilst: in {!r}, a while loop starts two loop variables from the same value (for "
+    "whilst: in {!r}, {} starts two loop variables from the same value (for "
     "example two jnp.zeros of one shape). IREE 3.13 would give them one shared buffer when "
     "updating loop variables in place, so this function is compiled with per-iteration "
     "copies of its loop-carried buffers instead (slower for large buffers). Start the loop "
@@ -72,7 +72,9 @@ def prepare(exports, targets=None) -> str:
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):
                     if exp.name in shared:
-                        warnings.warn(_SHARED_INIT_WARNING.format(exp.name), stacklevel=3)
+                        warnings.warn(_SHARED_INIT_WARNING.format(
+                            exp.name, " and ".join(sorted(set(shared[exp.name])))),
+                            stacklevel=3)
                     else:
                         op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
                     reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
@@ -83,24 +85,33 @@ def prepare(exports, targets=None) -> str:
         return merged.operation.get_asm(enable_debug_info=False)
 
 
-def _loops_with_shared_inits(module) -> set[str]:
-    """Names of functions in which one `stablehlo.while` starts two carries from the
-    same value once the module is canonicalized and CSE'd (as IREE will do)."""
+def _loops_with_shared_inits(module) -> dict[str, list[str]]:
+    """`{function: [loop, ...]}` for the `stablehlo.while` ops that start two carries
+    from the same value once the module is canonicalized and CSE'd (as IREE will do)."""
     from iree.compiler import ir, passmanager
 
     probe = ir.Module.parse(module.operation.get_asm(enable_debug_info=False))
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(probe.operation)
-    shared = set()
+    shared = {}
     for func in probe.body.operations:
         def visit(op, func=func):
             if op.operation.name == "stablehlo.while":
                 operands = [v for v in op.operation.operands
                             if ir.RankedTensorType(v.type).rank > 0]
                 if len(set(map(_value_key, operands))) < len(operands):
-                    shared.add(ir.StringAttr(func.attributes["sym_name"]).value)
+                    name = ir.StringAttr(func.attributes["sym_name"]).value
+                    shared.setdefault(name, []).append(_describe_loop(op.operation))
             return ir.WalkResult.ADVANCE
         func.operation.walk(visit)
     return shared
+
+
+def _describe_loop(op) -> str:
+    from iree.compiler import ir
+
+    if "whilst.name" in op.attributes:
+        return f"whilst.while_loop {ir.StringAttr(op.attributes['whilst.name']).value!r}"
+    return "a jax.lax loop (scan, fori_loop or while_loop)"
 
 
 def _value_key(value):
