@@ -68,11 +68,11 @@ def _row_index(index, ndim):
     return (index, *[zero] * (ndim - 1))
 
 
-def _read_rows(stacks, index):
-    """`[s[index] for s in stacks]`."""
+def _read_rows(stacks, index, row_avals):
+    """`[s[index] for s in stacks]`, as the residuals' own dtypes (see `_stack_dtype`)."""
     return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
-                                         slice_sizes=(1, *s.shape[1:]))[0]
-            for s in stacks]
+                                         slice_sizes=(1, *s.shape[1:]))[0].astype(a.dtype)
+            for s, a in zip(stacks, row_avals)]
 
 
 def _write_rows(stacks, rows, index):
@@ -82,11 +82,15 @@ def _write_rows(stacks, rows, index):
             for s, r in zip(stacks, rows)]
 
 
+def _stack_dtype(row_dtype):
+    """Booleans are stacked as int8, which has room for a distinct fill per stack."""
+    return np.dtype(np.int8) if row_dtype == np.bool_ else np.dtype(row_dtype)
+
+
 def _stack_init(aval, j):
     """A stack's initial contents: never read, and distinct per stack so IREE cannot
     merge two stacks into one buffer (see whilst.lowering._iree)."""
-    fill = (j % 2 == 1) if aval.dtype == np.bool_ else 7 + j
-    return lax.full(aval.shape, fill, aval.dtype)
+    return lax.full(aval.shape, 7 + j % 100, aval.dtype)
 
 
 def _always_true(avals):
@@ -113,7 +117,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
 
     def body(*args):
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
-        return call(body_jaxpr, *inv, *_read_rows(stk, i), *dc, *dx)
+        rows = _read_rows(stk, i, body_jaxpr.in_avals[n_invariants:][:n_stacks])
+        return call(body_jaxpr, *inv, *rows, *dc, *dx)
 
     const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
     carry_avals = [core.typeof(x) for x in dcarry]
@@ -172,7 +177,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
             args, [1, n_invariants, n_stacks, nkd, 1, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [sum(zero_ct)])
         ct_x = merge_lists(zero_ct, given, zero_started)
-        rows = _read_rows(stk, last - k)
+        rows = _read_rows(stk, last - k, body_jaxpr.in_avals[n_invariants:][:n_stacks])
         kd_iter = iter(kd)
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
@@ -290,7 +295,8 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     # (a) the primal While with accumulators.
     rows_allocated = max(static_bound, 1)  # a zero-trip loop still needs a valid stack type
-    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), a.dtype) for a in row_avals]
+    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), _stack_dtype(a.dtype))
+                   for a in row_avals]
     nh = len(hoisted_consts)
 
     def forward_body(*args):
