@@ -196,3 +196,16 @@ def test_cond_on_a_value_the_body_recomputes_from_a_tensor():
         ref_v, ref_total = ref_v * 2.0, ref_v.sum()
     np.testing.assert_allclose(got_v, ref_v)
     assert float(got_total) == ref_total
+
+
+def test_readme_example_runs():
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    W, x = namespace["W"], namespace["x"]
+    got = whilst.runtime.load(namespace["module"].data).main(W, x)
+    np.testing.assert_allclose(got, namespace["grad_W"], rtol=1e-5, atol=1e-7)

@@ -39,8 +39,8 @@ to `static_bound` rows.
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
-
 from jax import lax
 from jax._src import core, dispatch
 from jax._src.ad_util import Zero
@@ -53,10 +53,6 @@ from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
     COUNTER_AVAL, functional_while, functional_while_p, split_operands)
 from whilst.ir._tracing import call, trace_closed
-
-
-def _row_aval(stack_aval):
-    return core.ShapedArray(stack_aval.shape[1:], stack_aval.dtype)
 
 
 # Stacks are indexed with the primitives themselves: `0 <= index < len(stack)`
@@ -138,13 +134,11 @@ linear_while_p.def_abstract_eval(
 
 
 def _linear_while_jvp(primals, tangents, **params):
-    import jax
     tangents = [ad.instantiate_zeros(t) for t in tangents]
     return jax.jvp(lambda *a: expand_linear_while(*a, **params), primals, tangents)
 
 
 def _linear_while_batch(args, dims, **params):
-    import jax
     out = jax.vmap(lambda *a: expand_linear_while(*a, **params), in_axes=tuple(dims))(*args)
     return out, [0] * len(out)
 
@@ -254,6 +248,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                     body_nconsts, static_bound, name, role, accumulators, unroll):
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
+    del unroll  # the loops below choose their own (see the module docstring)
     if static_bound is None:
         raise unbounded_reverse_mode_error(name)
 
@@ -325,7 +320,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     # (b) the linear While, with its body taking [invariants, rows, dconsts, dcarry].
     n_inv = len(invariants)
-    n_dconsts, n_dcarry = sum(const_nz), sum(carry_nz)
+    n_dconsts = sum(const_nz)
     res_avals = tangent_jaxpr.in_avals[:len(residual_kinds)]
     dconst_avals = tangent_jaxpr.in_avals[len(residual_kinds):][:n_dconsts]
     dcarry_avals = tangent_jaxpr.in_avals[len(residual_kinds) + n_dconsts:]
