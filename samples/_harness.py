@@ -37,3 +37,24 @@ def best_time(fn, *args, repeat=5):
 def print_speed(what, iree_seconds, jax_seconds):
     print(f"  {what:<44} IREE {iree_seconds * 1e3:8.3f} ms   "
           f"JAX (jit, CPU) {jax_seconds * 1e3:8.3f} ms")
+
+
+def save_figure(fig, path):
+    """Write a matplotlib figure as a PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"  figure: {path}")
+
+
+def run_main(doc, run, check, small, figure, small_help):
+    """The samples' command line: `check(run(**small))` with `--small`, else
+    `check(run(figure=figure))`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help=small_help)
+    args = parser.parse_args()
+    check(run(**small) if args.small else run(figure=figure))

@@ -16,7 +16,6 @@ command line:
     whilst compile samples/cg.py:loss --arg 'f32[128,128]' --arg 'f32[128]' \\
         --grad 0,1 -o cg.vmfb
 """
-import argparse
 import os
 
 import jax
@@ -24,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import whilst
-from _harness import Stages, best_time, print_speed
+from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 TOL = 1e-5
 FIGURE = os.path.join(os.path.dirname(__file__), "figures", "cg.png")
@@ -152,17 +151,12 @@ def plot(result, history, path):
     right.set(xlabel="oracle: jax.grad through jnp.linalg.solve",
               ylabel="whilst gradient While on IREE", title="Gradient of 0.5 ||x||^2")
     right.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"  figure: {path}")
+    save_figure(fig, path)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="n = 16, no figure")
-    args = parser.parse_args()
-    check(run(n=16) if args.small else run(figure=FIGURE))
+    run_main(__doc__, run, check, small=dict(n=16), figure=FIGURE,
+             small_help="n = 16, no figure")
 
 
 if __name__ == "__main__":

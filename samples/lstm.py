@@ -18,7 +18,6 @@ the loss and its gradient as `loss` and `loss_grad` from the command line:
         --arg 'f32[32]' --arg 'f32[64,20]' --arg 'i32[64]' --arg 'f32[64]' \\
         --grad 0,1,2 -o lstm.vmfb
 """
-import argparse
 import os
 
 import jax
@@ -26,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import whilst
-from _harness import Stages, best_time, print_speed
+from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 FIGURE = os.path.join(os.path.dirname(__file__), "figures", "lstm.png")
 
@@ -184,21 +183,13 @@ def plot(result, predictions, test_batch, path):
     right.set(xlabel="target (sum of the sequence)", ylabel="LSTM output",
               title=f"Held-out batch, MSE {result['test_loss']:.3f}")
     fig.colorbar(points, ax=right, label="sequence length (= loop trip count)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"  figure: {path}")
+    save_figure(fig, path)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true",
-                        help="hidden 8, batch 8, lengths up to 6, 5 Adam steps, no figure")
-    args = parser.parse_args()
-    if args.small:
-        check(run(hidden=8, batch_size=8, max_length=6, train_steps=5))
-    else:
-        check(run(figure=FIGURE))
+    run_main(__doc__, run, check, figure=FIGURE,
+             small=dict(hidden=8, batch_size=8, max_length=6, train_steps=5),
+             small_help="hidden 8, batch 8, lengths up to 6, 5 Adam steps, no figure")
 
 
 if __name__ == "__main__":

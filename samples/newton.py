@@ -19,7 +19,6 @@ its gradient (the column means of du*/dtheta) as `mean_root` and `mean_root_grad
 
     whilst compile samples/newton.py:mean_root --arg 'f32[2]' --grad 0 -o newton.vmfb
 """
-import argparse
 import os
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 from jax import lax
 
 import whilst
-from _harness import Stages, best_time, print_speed
+from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 STEP_TOL = 1e-4
 MAX_STEPS = 50
@@ -176,17 +175,12 @@ def plot(result, path):
                    color=line.get_color(), label=f"du*/d{name}, implicit function theorem")
     right.set(xlabel="x", title=f"Derivative of the root at lam = {result['lams'][-1]}")
     right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"  figure: {path}")
+    save_figure(fig, path)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="n = 8, no figure")
-    args = parser.parse_args()
-    check(run(n=8) if args.small else run(figure=FIGURE))
+    run_main(__doc__, run, check, small=dict(n=8), figure=FIGURE,
+             small_help="n = 8, no figure")
 
 
 if __name__ == "__main__":

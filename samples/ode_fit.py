@@ -25,7 +25,6 @@ line:
     whilst compile samples/ode_fit.py:loss --arg 'f32[4]' --arg 'f32[2]' \\
         --arg 'f32[20]' --arg 'f32[20,2]' --grad 0 -o ode_fit.vmfb
 """
-import argparse
 import os
 
 import jax
@@ -34,7 +33,7 @@ import numpy as np
 from jax import lax
 
 import whilst
-from _harness import Stages, best_time, print_speed
+from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 RTOL, ATOL = 1e-4, 1e-4
 MAX_STEPS = 2000
@@ -228,17 +227,12 @@ def plot(module, result, start, fitted, t_obs, y_obs, t_plot, path):
     right.semilogy(result["losses"])
     right.set(xlabel="Adam step (loss and gradient on IREE)", ylabel="mean squared error",
               title="Loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"  figure: {path}")
+    save_figure(fig, path)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="5 observations, 5 Adam steps")
-    args = parser.parse_args()
-    check(run(n_obs=5, train_steps=5) if args.small else run(figure=FIGURE))
+    run_main(__doc__, run, check, small=dict(n_obs=5, train_steps=5), figure=FIGURE,
+             small_help="5 observations, 5 Adam steps")
 
 
 if __name__ == "__main__":
