@@ -261,7 +261,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         cur = jnp.where(restore, top, cur)
         target = top + split_jnp(fine - top, free + 1, K)
         store = (cur == target) & (free > 0) & (cur < fine - 1)
-        free_slot = jnp.argmin(held).astype(np.int32)
+        free_slot = jnp.argmin(held.astype(np.int32)).astype(np.int32)
         slots = [_store(s, free_slot, x, store) for s, x in zip(slots, xs)]
         pos = _store(pos, free_slot, cur, store)
 
