@@ -195,7 +195,7 @@ def test_stablehlo_holds_two_whiles_per_derivative_order():
         counts[what] = (text.count("stablehlo.while"), text.count('whilst.role = "forward"'),
                         text.count('whilst.role = "gradient"'))
     assert counts["grad"] == (2, 1, 1)
-    assert counts["grad of grad"][0] <= 6
+    assert counts["grad of grad"][0] == 4   # each of the two loops linearized again
     roles = [e.params["role"] for e in iter_loops(whilst.trace(jax.grad(converge), x).jaxpr)]
     assert roles == ["forward", "gradient"]
 
