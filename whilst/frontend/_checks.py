@@ -154,3 +154,18 @@ def check_cond_output(out):
             f"{arr.shape} and dtype {arr.dtype}. Reduce it with jnp.all/jnp.any, or "
             f"compare a scalar (e.g. `i < n`).")
     return arr
+
+
+def check_checkpoints(checkpoints) -> int | None:
+    """Validate `while_loop(checkpoints=...)`."""
+    if checkpoints is None:
+        return None
+    if isinstance(checkpoints, bool) or not isinstance(checkpoints, (int, np.integer)):
+        raise TypeError(f"while_loop: checkpoints must be a positive int or None; found "
+                        f"{type(checkpoints).__name__} {checkpoints!r}. Pass the number of "
+                        f"loop-carried states the gradient may keep, e.g. checkpoints=16.")
+    if checkpoints < 1:
+        raise ValueError(f"while_loop: checkpoints must be a positive int or None; found "
+                         f"{checkpoints}. Pass 1 or more (1 keeps only the initial state and "
+                         f"recomputes quadratically).")
+    return int(checkpoints)

@@ -12,7 +12,7 @@ from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
                back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
-               return_same_structure=False, unroll=None):
+               return_same_structure=False, unroll=None, checkpoints=None):
     """Repeat `body` while `cond` is true, as one functional While.
 
     Semantics, as plain Python::
@@ -25,8 +25,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     The loop is traced once; it runs under `jax.jit`, `jax.vmap` (each example
     stops on its own: a finished example keeps its values while others run
-    on), `jax.jvp` and, with `maximum_iterations` given as a Python int,
-    `jax.grad`/`jax.vjp` (stacks of stored steps preallocated to that bound).
+    on), `jax.jvp` and `jax.grad`/`jax.vjp`. Reverse mode keeps either every
+    step's residuals, in stacks preallocated to `maximum_iterations` (a Python
+    int), or, with `checkpoints=K`, K copies of loop_vars and recomputes the
+    steps between them (no bound needed; see `checkpoints`).
 
     Args:
       cond: `cond(*loop_vars) -> bool scalar`.
@@ -53,6 +55,14 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         of the TensorFlow signature). None chooses from the body's size (tiny
         bodies unroll more, up to 64); results, iteration counts and gradients
         are the same for every value.
+      checkpoints: None (reverse mode stores every step, which needs
+        maximum_iterations), or a positive int K: reverse mode keeps K copies
+        of loop_vars, stored during the loop by an online policy (Stumm and
+        Walther, then Wang and Moin), and recomputes the other steps with
+        binomial (revolve) schedules once the trip count n is known. Extra body
+        evaluations: `whilst.ir.schedule_cost(n, K)` (none while n <= K; each
+        step at most once more while n < (K+1)(K+2)/2). Combines with
+        maximum_iterations; forward mode, vmap and higher derivatives work too.
 
     Returns:
       The final loop_vars (see return_same_structure).
@@ -61,8 +71,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype.
-      ValueError: empty loop_vars, bad parallel_iterations or
-        maximum_iterations, shape_invariants that do not fit, body output of
+      ValueError: empty loop_vars, bad parallel_iterations,
+        maximum_iterations or checkpoints, shape_invariants that do not fit, body output of
         another shape.
     """
     checks.check_callables(cond, body)
@@ -71,6 +81,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     checks.check_swap_memory(swap_memory)
     checks.check_unroll(unroll)
     bound, static_bound = checks.bound_operand(maximum_iterations)
+    checkpoints = checks.check_checkpoints(checkpoints)
     name = "while" if name is None else str(name)
 
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
@@ -98,7 +109,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                static_bound=static_bound, name=name, unroll=unroll)
+                                static_bound=static_bound, name=name, unroll=unroll,
+                                checkpoints=checkpoints)
     result = jax.tree_util.tree_unflatten(in_tree, outs)
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result

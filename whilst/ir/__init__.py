@@ -1,5 +1,8 @@
 """The IR: the functional While primitive and its rules (forward mode, batching,
 reverse mode with the gradient While)."""
+from whilst.ir._checkpoint import (
+    checkpointed_linear_while_p, expand_checkpointed_linear_while)
+from whilst.ir._checkpoint_schedule import schedule_cost
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
@@ -7,6 +10,7 @@ from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 
 __all__ = [
-    "ResidualReport", "iter_loops", "residual_report", "trace", "COUNTER_AVAL", "ROLES", "UNBOUNDED", "expand_linear_while", "functional_while",
+    "ResidualReport", "checkpointed_linear_while_p", "expand_checkpointed_linear_while",
+    "iter_loops", "schedule_cost", "residual_report", "trace", "COUNTER_AVAL", "ROLES", "UNBOUNDED", "expand_linear_while", "functional_while",
     "functional_while_p", "linear_while_p", "split_operands", "trace_with_consts",
 ]

@@ -10,6 +10,6 @@ def unbounded_reverse_mode_error(name: str) -> ValueError:
         f"known at trace time, to preallocate the stacks of stored steps; this loop has "
         f"no maximum_iterations, or one that is a traced value. Either pass "
         f"maximum_iterations=<a Python int> to while_loop (the stacks hold that many "
-        f"rows and the gradient runs only the steps actually taken), or use a "
-        f"checkpointed gradient, which keeps a fixed number of carries and recomputes "
-        f"the steps between them.")
+        f"rows and the gradient runs only the steps actually taken), or pass "
+        f"checkpoints=K for a checkpointed gradient, which keeps K copies of the loop "
+        f"variables and recomputes the steps between them (no bound needed).")

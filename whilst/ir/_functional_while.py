@@ -24,8 +24,12 @@ Static parameters:
   accumulators: how many trailing carries are residual stacks pushed by the
     forward loop for its gradient While (0 for a plain loop).
   unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
+  checkpoints: None, or the number of carries reverse mode may keep: then
+    linearizing the loop needs no bound and recomputes steps between
+    checkpoints (`_checkpoint.py`). Ignored by the lowering.
 
-Reverse mode lives in `_reverse.py`.
+Reverse mode lives in `_reverse.py` (stored residuals) and `_checkpoint.py`
+(checkpoints).
 """
 from __future__ import annotations
 
@@ -50,7 +54,8 @@ functional_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
 
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
-                     static_bound, name, role="forward", accumulators=0, unroll=None):
+                     static_bound, name, role="forward", accumulators=0, unroll=None,
+                     checkpoints=None):
     """Bind `functional_while_p`; returns `[counter, *carry]` (see the module docstring).
 
     Carries that body returns unchanged are loop invariants: they are passed to
@@ -71,14 +76,15 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
         counter, *outs = functional_while(
             [*moved, *cond_consts], [*moved, *body_consts], bound, carry_kept,
             cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, static_bound=static_bound,
-            name=name, role=role, accumulators=accumulators, unroll=unroll)
+            name=name, role=role, accumulators=accumulators, unroll=unroll,
+            checkpoints=checkpoints)
         return [counter, *merge_lists(invariant, outs, moved)]
     return functional_while_p.bind(
         *cond_consts, *body_consts, bound, *carry,
         cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
         cond_nconsts=len(cond_consts), body_nconsts=nb,
         static_bound=static_bound, name=name, role=role,
-        accumulators=accumulators, unroll=unroll)
+        accumulators=accumulators, unroll=unroll, checkpoints=checkpoints)
 
 
 def split_operands(operands, cond_nconsts, body_nconsts):

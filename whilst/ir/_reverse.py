@@ -26,6 +26,9 @@ Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
         ct_consts += ct_step
     return ct_consts, ct_carry
 
+With `checkpoints` set, linearizing delegates to `_checkpoint.py` instead (no
+bound needed, K carries kept, steps recomputed).
+
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. They
 choose their own unrolling (see `whilst.lowering.unroll_factor`): a `unroll`
@@ -49,10 +52,11 @@ from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 from jax._src.util import merge_lists, partition_list, split_list
 
+from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
     COUNTER_AVAL, functional_while, functional_while_p, split_operands)
-from whilst.ir._tracing import call, trace_closed
+from whilst.ir._tracing import always_true, call, trace_closed
 
 
 # Stacks are indexed with the primitives themselves: `0 <= index < len(stack)`
@@ -89,10 +93,6 @@ def _stack_init(aval, j):
     return lax.full(aval.shape, 7 + j % 100, aval.dtype)
 
 
-def _always_true(avals):
-    return trace_closed(lambda *_: [lax.full((), True, np.bool_)], avals, "always_true")
-
-
 # ----------------------------------------------------------- the linear While
 
 linear_while_p = core.Primitive("linear_while")
@@ -122,7 +122,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
                                "linear_while_body")
     _, *out = functional_while(
         [], list(operands[:nconsts]), n, dcarry,
-        cond_jaxpr=_always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
+        cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
         static_bound=static_bound, name=name, role="linear")
     return out
 
@@ -192,7 +192,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
                              "gradient_while_body")
     _, *outs = functional_while(
         [], consts, n, [*ct_given, *zeros.initial()],
-        cond_jaxpr=_always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
+        cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient")
     given_out, started_out = split_list(outs, [ngiven])
     zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
@@ -245,7 +245,14 @@ ad.primitive_transposes[linear_while_p] = _transpose_linear_while
 # ------------------------------------------------- linearizing the functional While
 
 def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                    body_nconsts, static_bound, name, role, accumulators, unroll):
+                    body_nconsts, static_bound, name, role, accumulators, unroll,
+                    checkpoints):
+    if checkpoints is not None:
+        return checkpointed_linearize(
+            nzs, *primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+            cond_nconsts=cond_nconsts, body_nconsts=body_nconsts, static_bound=static_bound,
+            name=name, role=role, accumulators=accumulators, unroll=unroll,
+            checkpoints=checkpoints)
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     del unroll  # the loops below choose their own (see the module docstring)

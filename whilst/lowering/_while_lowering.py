@@ -39,7 +39,8 @@ from jax._src.interpreters import mlir, partial_eval as pe
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
 
-from whilst.ir import (expand_linear_while, functional_while_p, linear_while_p,
+from whilst.ir import (checkpointed_linear_while_p, expand_checkpointed_linear_while,
+                       expand_linear_while, functional_while_p, linear_while_p,
                        split_operands)
 
 ROLE_ATTR = "whilst.role"
@@ -126,8 +127,8 @@ def _subcomp(ctx, jaxpr: core.ClosedJaxpr, name_stack, *args):
 
 def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                                body_nconsts, static_bound, name, role, accumulators,
-                               unroll):
-    del static_bound, accumulators
+                               unroll, checkpoints):
+    del static_bound, accumulators, checkpoints
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     name_stack = ctx.name_stack.extend(name)
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
@@ -236,3 +237,5 @@ def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
 mlir.register_lowering(functional_while_p, _functional_while_lowering)
 mlir.register_lowering(linear_while_p,
                        mlir.lower_fun(expand_linear_while, multiple_results=True))
+mlir.register_lowering(checkpointed_linear_while_p,
+                       mlir.lower_fun(expand_checkpointed_linear_while, multiple_results=True))

@@ -1,0 +1,300 @@
+"""Reverse mode with a fixed memory budget: the checkpointed gradient While.
+
+`while_loop(..., checkpoints=K)` sets the static parameter `checkpoints` of the
+functional While. Linearizing such a loop (jax.grad, jax.vjp, jax.linearize) needs
+no bound on its trip count and keeps K copies of the carry, whatever the number of
+steps. It emits::
+
+    # (a) the primal While with K checkpoint slots (role "forward")
+    slots, pos = [zeros((K, *x.shape)) for x in carry], [EMPTY] * K
+    i = 0
+    while i < bound and cond(i, carry):
+        save, k = online_policy(i)                 # Stumm-Walther, then Wang-Moin
+        if save: slots[k], pos[k] = carry, i
+        carry = body(consts, i, carry)
+        i += 1
+    n = i
+
+    # (b) `checkpointed_linear_while_p`, staged on the tangent side: the tangent map
+    #     of the n steps, recomputing the primal from slot 0 when applied forwards
+    x = slots[0]
+    for i in range(n):
+        x, dcarry = jvp(body)((consts, i, x), (dconsts, dcarry))
+
+Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
+**checkpointed gradient While** (role "gradient"): one `functional_while` whose
+body is the state machine of `whilst.ir._checkpoint_schedule` (restore a slot,
+maybe store the working carry into a free slot, then either advance one step or
+reverse one step with the body's vjp, accumulating the cotangents of the
+constants). It re-plans the reversal from the n counted by (a): binomial (revolve)
+schedules on the segments between the slots (a) stored, reusing the slots freed as
+the reversal passes them.
+
+Every loop here is a `functional_while` with `checkpoints=K`, so forward mode
+(jvp rule), batching (per-example trip counts: every lane runs its own schedule)
+and differentiating the gradient While again (grad of grad: its carry holds the K
+slots, so that costs K checkpoints of K slots) reuse the same rules.
+
+StableHLO: `jax.grad` of one checkpointed loop holds two `stablehlo.while`: the
+forward (a) and the gradient While; the schedule is straight-line integer code
+(one `stablehlo.case` picks advance or reverse).
+
+References: A. Griewank, "Achieving logarithmic growth of temporal and spatial
+complexity in reverse automatic differentiation", Optim. Methods Softw. 1 (1992);
+A. Griewank and A. Walther, "Algorithm 799: revolve", ACM TOMS 26(1) (2000);
+P. Stumm and A. Walther, "New algorithms for optimal online checkpointing", SIAM J.
+Sci. Comput. 32(2) (2010); Q. Wang, P. Moin and G. Iaccarino, "Minimal repetition
+dynamic checkpointing algorithm for unsteady adjoint calculation", SIAM J. Sci.
+Comput. 31(4) (2009).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax._src import core, dispatch
+from jax._src.ad_util import Zero, zeros_like_aval
+from jax._src.interpreters import ad, batching
+from jax._src.util import merge_lists, split_list
+
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
+from whilst.ir._functional_while import (
+    COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
+from whilst.ir._tracing import always_true, call, trace_closed
+
+def _slot(buf, k):
+    return lax.dynamic_index_in_dim(buf, k, keepdims=False)
+
+
+def _store(buf, k, x, when):
+    """`buf[k] = x if when else buf[k]`, one in-place `dynamic_update_slice`."""
+    return lax.dynamic_update_index_in_dim(buf, jnp.where(when, x, _slot(buf, k)), k, 0)
+
+
+def _slots_init(aval, K, j):
+    """Initial slot contents: never read, distinct per buffer so IREE cannot merge
+    two buffers into one (see whilst.lowering._iree)."""
+    fill = (j % 2 == 1) if aval.dtype == np.bool_ else 7 + j
+    return lax.full((K, *aval.shape), fill, aval.dtype)
+
+
+def _jvp_fixed_point(body_jaxpr, const_nz, carry_nz):
+    """The carries with non-zero tangents, given those of the constants and the init."""
+    for _ in range(len(carry_nz) + 1):
+        _, out_nz = ad.jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
+                                 instantiate=carry_nz)
+        if out_nz == carry_nz:
+            return carry_nz
+        carry_nz = [a or b for a, b in zip(carry_nz, out_nz)]
+    return carry_nz
+
+
+# ------------------------------------------------------------- (a) the forward While
+
+def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                           body_nconsts, static_bound, name, role, accumulators, unroll,
+                           checkpoints):
+    """The linearize rule of `functional_while_p` when `checkpoints` is set."""
+    K = checkpoints
+    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
+    carry_nz = _jvp_fixed_point(body_jaxpr, list(const_nz), list(carry_nz))
+    ncarry, nb = len(carry), len(body_consts)
+    carry_avals = list(body_jaxpr.in_avals[nb + 1:])
+    slot_avals = [core.ShapedArray((K, *a.shape), a.dtype) for a in carry_avals]
+    policy0 = policy_init(K)
+    policy_avals = [core.typeof(jnp.asarray(x)) for x in policy0]
+    npol = len(policy0)
+    pos_aval = core.ShapedArray((K,), np.int32)
+
+    def forward_body(*args):
+        consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
+        save, k, policy = policy_step_jnp(i, policy, pos, K)
+        slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
+        pos = _store(pos, k, i, save)
+        return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
+
+    def forward_cond(*args):
+        consts, (i,), xs, _ = split_list(args, [cond_nconsts, 1, ncarry])
+        return call(cond_jaxpr, *consts, i, *xs)
+
+    extra_avals = [*policy_avals, pos_aval, *slot_avals]
+    fwd_body = trace_closed(forward_body, [*body_jaxpr.in_avals, *extra_avals],
+                            "checkpointed_forward_body")
+    fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *extra_avals],
+                            "checkpointed_forward_cond")
+    init = [*carry, *[jnp.asarray(x) for x in policy0], jnp.full((K,), EMPTY, np.int32),
+            *[_slots_init(a, K, j) for j, a in enumerate(carry_avals)]]
+    n, *outs = functional_while(
+        cond_consts, body_consts, bound, init, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
+        static_bound=static_bound, name=name, role=role, accumulators=accumulators,
+        unroll=unroll, checkpoints=K)
+    carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
+
+    carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
+
+    def linearized(residuals, *tangents):
+        n, pos, slots, consts = split_list(residuals, [1, 1, ncarry])
+        _, dconsts, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
+        dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts, const_nz) if nz]
+        dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
+        out = checkpointed_linear_while_p.bind(
+            *n, *pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=body_jaxpr,
+            checkpoints=K, const_nz=tuple(const_nz), carry_nz=tuple(carry_nz), name=name)
+        out_iter = iter(out)
+        dcarry_out = [next(out_iter) if nz else Zero(a)
+                      for nz, a in zip(carry_nz, carry_tangent_avals)]
+        return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
+
+    return ([n, *carry_out], [False, *carry_nz], [n, pos, *slots, *body_consts],
+            linearized)
+
+
+# ------------------------------------------------ (b) the checkpointed linear While
+
+checkpointed_linear_while_p = core.Primitive("checkpointed_linear_while")
+checkpointed_linear_while_p.multiple_results = True
+checkpointed_linear_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+    checkpointed_linear_while_p, *args, **params))
+checkpointed_linear_while_p.def_abstract_eval(
+    lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
+        a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
+
+
+def _split_linear_operands(operands, body_jaxpr, const_nz, carry_nz):
+    """`operands -> (n, pos, slots, consts, dconsts, dcarry)`."""
+    ncarry = len(body_jaxpr.out_avals)
+    nconsts = len(const_nz)
+    (n, pos), slots, consts, dconsts, dcarry = split_list(
+        list(operands), [2, ncarry, nconsts, sum(const_nz)])
+    return n, pos, slots, consts, dconsts, dcarry
+
+
+def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_nz,
+                                     carry_nz, name):
+    """`checkpointed_linear_while_p` applied forwards, as a `functional_while_p`::
+
+        x = [s[0] for s in slots]                  # slot 0 holds step 0
+        for i in range(n):
+            x, dcarry = jvp(body)((consts, i, x), (dconsts, dcarry))
+        return dcarry
+    """
+    n, _, slots, consts, dconsts, dcarry = _split_linear_operands(
+        operands, body_jaxpr, const_nz, carry_nz)
+    body_jvp, _ = ad.jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
+                               instantiate=list(carry_nz))
+    nc, ndc, ncarry = len(consts), len(dconsts), len(slots)
+
+    def body(*args):
+        cs, dcs, (i,), xs, dxs = split_list(args, [nc, ndc, 1, ncarry])
+        return call(body_jvp, *cs, i, *xs, *dcs, *dxs)
+
+    x0 = [_slot(s, 0) for s in slots]
+    carry_avals = [core.typeof(x) for x in [*x0, *dcarry]]
+    const_avals = [core.typeof(x) for x in [*consts, *dconsts]]
+    _, *outs = functional_while(
+        [], [*consts, *dconsts], n, [*x0, *dcarry],
+        cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]),
+        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                "checkpointed_linear_body"),
+        static_bound=None, name=name, role="linear", checkpoints=checkpoints)
+    return outs[ncarry:]
+
+
+def _linear_jvp(primals, tangents, **params):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(lambda *a: expand_checkpointed_linear_while(*a, **params), primals,
+                   tangents)
+
+
+def _linear_batch(args, dims, **params):
+    out = jax.vmap(lambda *a: expand_checkpointed_linear_while(*a, **params),
+                   in_axes=tuple(dims))(*args)
+    return out, [0] * len(out)
+
+
+ad.primitive_jvps[checkpointed_linear_while_p] = _linear_jvp
+batching.primitive_batchers[checkpointed_linear_while_p] = _linear_batch
+
+
+# ------------------------------------------- the checkpointed gradient While
+
+def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name):
+    """The gradient While: the schedule's state machine (see the module docstring)."""
+    K = checkpoints
+    n, pos, slots, consts, dconsts, dcarry = _split_linear_operands(
+        operands, body_jaxpr, const_nz, carry_nz)
+    assert not any(map(ad.is_undefined_primal, [n, pos, *slots, *consts]))
+    # A dconst given as a value (not linear) adds a constant: it has no cotangent.
+    dconst_linear = [ad.is_undefined_primal(x) for x in dconsts]
+    nz_consts = [k for k, nz in enumerate(const_nz) if nz]
+    lin_consts = [k for k, lin in zip(nz_consts, dconst_linear) if lin]
+    ct_x = [zeros_like_aval(x.aval) if type(ct) is Zero else ct for ct, x in zip(cts, dcarry)]
+    acc0 = [zeros_like_aval(core.typeof(consts[k]).to_tangent_aval()) for k in lin_consts]
+    nc, ncarry, nct, nacc = len(consts), len(slots), len(ct_x), len(acc0)
+
+    def reverse_step(cs, i, xs, ct):
+        """`ct -> (ct_x, ct_consts)`: the vjp of step i at carry xs."""
+        def step(c_lin, x_nz):
+            full_c = list(cs)
+            for k, c in zip(lin_consts, c_lin):
+                full_c[k] = c
+            full_x = merge_lists(list(carry_nz), [x for x, nz in zip(xs, carry_nz) if not nz],
+                                 list(x_nz))
+            out = call(body_jaxpr, *full_c, i, *full_x)
+            return [o for o, nz in zip(out, carry_nz) if nz]
+        _, vjp = jax.vjp(step, [cs[k] for k in lin_consts],
+                         [x for x, nz in zip(xs, carry_nz) if nz])
+        ct_c, ct_xs = vjp(list(ct))
+        return ct_xs, ct_c
+
+    def body(*args):
+        cs, (_,), (cur, fine, pos), slots, xs, ct, acc = split_list(
+            args, [nc, 1, 3, ncarry, ncarry, nct])
+        held = pos < fine
+        top_slot = jnp.argmax(jnp.where(held, pos, -1)).astype(np.int32)
+        top = _slot(pos, top_slot)
+        free = K - jnp.sum(held.astype(np.int32))
+        restore = cur >= fine
+        xs = [jnp.where(restore, _slot(s, top_slot), x) for s, x in zip(slots, xs)]
+        cur = jnp.where(restore, top, cur)
+        target = top + split_jnp(fine - top, free + 1, K)
+        store = (cur == target) & (free > 0) & (cur < fine - 1)
+        free_slot = jnp.argmin(held.astype(np.int32)).astype(np.int32)
+        slots = [_store(s, free_slot, x, store) for s, x in zip(slots, xs)]
+        pos = _store(pos, free_slot, cur, store)
+
+        def advance(cur, fine, xs, ct, acc):
+            return cur + 1, fine, call(body_jaxpr, *cs, cur, *xs), ct, acc
+
+        def reverse(cur, fine, xs, ct, acc):
+            ct, ct_c = reverse_step(cs, cur, xs, ct)
+            return cur, fine - 1, xs, ct, [a + c for a, c in zip(acc, ct_c)]
+
+        cur, fine, xs, ct, acc = lax.cond(cur == fine - 1, reverse, advance,
+                                          cur, fine, xs, ct, acc)
+        return [cur, fine, pos, *slots, *xs, *ct, *acc]
+
+    def cond(i, cur, fine, *_):
+        return [fine > 0]
+
+    x_init = [_slot(s, 0) for s in slots]
+    state0 = [n, n, pos]
+    carry0 = [*state0, *slots, *x_init, *ct_x, *acc0]
+    carry_avals = [core.typeof(x) for x in carry0]
+    const_avals = [core.typeof(x) for x in consts]
+    _, *outs = functional_while(
+        [], consts, np.int32(UNBOUNDED), carry0,
+        cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
+                                "checkpointed_gradient_cond"),
+        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                "checkpointed_gradient_body"),
+        static_bound=None, name=name, role="gradient", checkpoints=K)
+    ct_x_out, ct_acc = split_list(outs[3 + 2 * ncarry:], [nct])
+    acc_iter = iter(ct_acc)
+    ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
+    return [None, None, *[None] * (ncarry + nc), *ct_dconsts, *ct_x_out]
+
+
+ad.primitive_transposes[checkpointed_linear_while_p] = _transpose
