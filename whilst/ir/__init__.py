@@ -10,7 +10,8 @@ from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 
 __all__ = [
-    "ResidualReport", "checkpointed_linear_while_p", "expand_checkpointed_linear_while",
-    "iter_loops", "schedule_cost", "residual_report", "trace", "COUNTER_AVAL", "ROLES", "UNBOUNDED", "expand_linear_while", "functional_while",
-    "functional_while_p", "linear_while_p", "split_operands", "trace_with_consts",
+    "COUNTER_AVAL", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
+    "expand_checkpointed_linear_while", "expand_linear_while", "functional_while",
+    "functional_while_p", "iter_loops", "linear_while_p", "residual_report",
+    "schedule_cost", "split_operands", "trace", "trace_with_consts",
 ]
