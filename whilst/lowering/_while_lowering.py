@@ -49,10 +49,13 @@ UNROLL_ATTR = "whilst.unroll"
 MAX_UNROLL = 64
 WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
 LARGE_CARRY_BYTES = 64 * 1024
-# Unrolled bodies with these fail in iree-compile 3.13 ("failed to solve for
-# timepoint coverage", unresolved materializations, crashes).
+# Unrolled bodies that index at a computed position fail in iree-compile 3.13:
+# writes segfault or leave unresolved materializations; reads (an unrolled
+# gradient While) compile for some programs, 2x faster, and fail with "failed to
+# solve for timepoint coverage" for others (the Newton sample's jacrev).
 DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather", "scatter",
-                              "scatter-add", "scatter_add"})
+                              "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
+                              "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
 
 
 def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
@@ -60,15 +63,16 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
 
     Automatic: 1 for bodies with effects (an inactive step would run them),
     with a carry over 64 KiB (the predicated steps select whole carries), or
-    with dynamic indexing (pushes and pops of residual stacks included: IREE 3.13 fails to compile such bodies unrolled, see
-    `DYNAMIC_INDEXING`); otherwise as many steps as fit in about 16384 elements
-    of work, at most 64 (tiny bodies unroll more).
+    with a read or write at a computed index (pushes and pops of residual
+    stacks included: iree-compile 3.13 crashes or fails on such bodies
+    unrolled, see `DYNAMIC_INDEXING`); otherwise as many steps as fit in about 16384 elements of work, at most 64
+    (tiny bodies unroll more).
     """
     if unroll is not None:
         return unroll
     if cond_jaxpr.effects or body_jaxpr.effects:
         return 1
-    if _uses(body_jaxpr.jaxpr, DYNAMIC_INDEXING) or _uses(cond_jaxpr.jaxpr, DYNAMIC_INDEXING):
+    if _indexes_at_computed_position(body_jaxpr.jaxpr):
         return 1
     if not all(core.is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
                for v in _all_vars(j.jaxpr)):
@@ -87,9 +91,16 @@ def _all_vars(jaxpr: core.Jaxpr):
             yield from _all_vars(sub)
 
 
-def _uses(jaxpr: core.Jaxpr, names) -> bool:
-    return any(eqn.primitive.name in names or any(
-        _uses(sub, names) for sub in core.jaxprs_in_params(eqn.params)) for eqn in jaxpr.eqns)
+def _indexes_at_computed_position(jaxpr: core.Jaxpr) -> bool:
+    """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
+    for eqn in jaxpr.eqns:
+        first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
+        if eqn.primitive.name in DYNAMIC_INDEXING and not all(
+                isinstance(v, core.Literal) for v in eqn.invars[first_index:]):
+            return True
+        if any(map(_indexes_at_computed_position, core.jaxprs_in_params(eqn.params))):
+            return True
+    return False
 
 
 def _nbytes(aval) -> int:
@@ -108,6 +119,8 @@ def _work(jaxpr: core.Jaxpr) -> int:
             total += sum(map(_work, subs))
             continue
         out = sum(int(np.prod(v.aval.shape, dtype=np.int64)) for v in eqn.outvars)
+        if eqn.primitive.name == "dynamic_update_slice":  # in place: the update's size
+            out = int(np.prod(eqn.invars[1].aval.shape, dtype=np.int64))
         if eqn.primitive.name == "dot_general":
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs_shape = eqn.invars[0].aval.shape
