@@ -76,8 +76,8 @@ def bound_operand(maximum_iterations):
     """`maximum_iterations` -> (int32 bound operand, static bound or None)."""
     if maximum_iterations is None:
         return np.int32(UNBOUNDED), None
-    what = (f"while_loop: maximum_iterations must be a non-negative integer scalar "
-            f"(int or int array of shape ()) or None")
+    what = ("while_loop: maximum_iterations must be a non-negative integer scalar "
+            "(int or int array of shape ()) or None")
     if isinstance(maximum_iterations, bool):
         raise TypeError(f"{what}; found the bool {maximum_iterations!r}. Pass an int.")
     if isinstance(maximum_iterations, numbers.Integral):

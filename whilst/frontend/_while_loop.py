@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import jax
-import numpy as np
 from jax import lax
 from jax._src import core
 

@@ -54,14 +54,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax._src import core, dispatch
-from jax._src.ad_util import Zero, zeros_like_aval
+from jax._src.ad_util import Zero
 from jax._src.interpreters import ad, batching
-from jax._src.util import merge_lists, split_list
+from jax._src.util import merge_lists, partition_list, split_list
 
+from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
+
 
 def _slot(buf, k):
     return lax.dynamic_index_in_dim(buf, k, keepdims=False)
@@ -70,13 +72,6 @@ def _slot(buf, k):
 def _store(buf, k, x, when):
     """`buf[k] = x if when else buf[k]`, one in-place `dynamic_update_slice`."""
     return lax.dynamic_update_index_in_dim(buf, jnp.where(when, x, _slot(buf, k)), k, 0)
-
-
-def _slots_init(aval, K, j):
-    """Initial slot contents: never read, distinct per buffer so IREE cannot merge
-    two buffers into one (see whilst.lowering._iree)."""
-    fill = (j % 2 == 1) if aval.dtype == np.bool_ else 7 + j
-    return lax.full((K, *aval.shape), fill, aval.dtype)
 
 
 def _jvp_fixed_point(body_jaxpr, const_nz, carry_nz):
@@ -96,6 +91,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                            body_nconsts, static_bound, name, role, accumulators, unroll,
                            checkpoints):
     """The linearize rule of `functional_while_p` when `checkpoints` is set."""
+    del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
     K = checkpoints
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
@@ -125,11 +121,11 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *extra_avals],
                             "checkpointed_forward_cond")
     init = [*carry, *[jnp.asarray(x) for x in policy0], jnp.full((K,), EMPTY, np.int32),
-            *[_slots_init(a, K, j) for j, a in enumerate(carry_avals)]]
+            *[distinct_fill((K, *a.shape), a.dtype, j) for j, a in enumerate(carry_avals)]]
     n, *outs = functional_while(
         cond_consts, body_consts, bound, init, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
         static_bound=static_bound, name=name, role=role, accumulators=accumulators,
-        unroll=unroll, checkpoints=K)
+        checkpoints=K)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
 
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
@@ -230,9 +226,13 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     dconst_linear = [ad.is_undefined_primal(x) for x in dconsts]
     nz_consts = [k for k, nz in enumerate(const_nz) if nz]
     lin_consts = [k for k, lin in zip(nz_consts, dconst_linear) if lin]
-    ct_x = [zeros_like_aval(x.aval) if type(ct) is Zero else ct for ct, x in zip(cts, dcarry)]
-    acc0 = [zeros_like_aval(core.typeof(consts[k]).to_tangent_aval()) for k in lin_consts]
-    nc, ncarry, nct, nacc = len(consts), len(slots), len(ct_x), len(acc0)
+    # The accumulators and the cotangents of unused carries start at zero (see
+    # `ZeroStarted`); the other cotangents start from `cts`.
+    zero_ct = [type(ct) is Zero for ct in cts]
+    ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
+    acc_avals = [core.typeof(consts[k]).to_tangent_aval() for k in lin_consts]
+    zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
+    nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
 
     def reverse_step(cs, i, xs, ct):
         """`ct -> (ct_x, ct_consts)`: the vjp of step i at carry xs."""
@@ -250,8 +250,10 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         return ct_xs, ct_c
 
     def body(*args):
-        cs, (_,), (cur, fine, pos), slots, xs, ct, acc = split_list(
-            args, [nc, 1, 3, ncarry, ncarry, nct])
+        cs, (_,), (cur, fine, pos), slots, xs, given, started = split_list(
+            args, [nc, 1, 3, ncarry, ncarry, ngiven])
+        zero_started, acc = split_list(zeros.unpack(started), [nzero])
+        ct = merge_lists(zero_ct, given, zero_started)
         held = pos < fine
         top_slot = jnp.argmax(jnp.where(held, pos, -1)).astype(np.int32)
         top = _slot(pos, top_slot)
@@ -274,14 +276,16 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
 
         cur, fine, xs, ct, acc = lax.cond(cur == fine - 1, reverse, advance,
                                           cur, fine, xs, ct, acc)
-        return [cur, fine, pos, *slots, *xs, *ct, *acc]
+        given, zero_started = partition_list(zero_ct, ct)
+        return [cur, fine, pos, *slots, *xs, *given, *zeros.update(started,
+                                                                  [*zero_started, *acc])]
 
     def cond(i, cur, fine, *_):
         return [fine > 0]
 
     x_init = [_slot(s, 0) for s in slots]
     state0 = [n, n, pos]
-    carry0 = [*state0, *slots, *x_init, *ct_x, *acc0]
+    carry0 = [*state0, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [core.typeof(x) for x in carry0]
     const_avals = [core.typeof(x) for x in consts]
     _, *outs = functional_while(
@@ -291,7 +295,9 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "checkpointed_gradient_body"),
         static_bound=None, name=name, role="gradient", checkpoints=K)
-    ct_x_out, ct_acc = split_list(outs[3 + 2 * ncarry:], [nct])
+    given_out, started_out = split_list(outs[3 + 2 * ncarry:], [ngiven])
+    zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [nzero])
+    ct_x_out = merge_lists(zero_ct, given_out, zero_started_out)
     acc_iter = iter(ct_acc)
     ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
     return [None, None, *[None] * (ncarry + nc), *ct_dconsts, *ct_x_out]

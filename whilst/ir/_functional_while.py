@@ -124,7 +124,7 @@ def _jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_n
         carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
 
     nc, ncarry = len(body_consts), len(carry)
-    n_const_dots, n_carry_dots = sum(const_nz), sum(carry_nz)
+    n_const_dots = sum(const_nz)
     const_dots = [t for t, nz in zip(body_const_dots, const_nz) if nz]
     carry_dots_nz = [ad.instantiate_zeros(t) for t, nz in zip(carry_dots, carry_nz) if nz]
 

@@ -47,11 +47,12 @@ import numpy as np
 from jax import lax
 from jax._src import core, dispatch
 from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching, partial_eval as pe
+from jax._src.interpreters import ad, batching
 from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 from jax._src.util import merge_lists, partition_list, split_list
 
+from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
@@ -85,12 +86,6 @@ def _write_rows(stacks, rows, index):
 def _stack_dtype(row_dtype):
     """Booleans are stacked as int8, which has room for a distinct fill per stack."""
     return np.dtype(np.int8) if row_dtype == np.bool_ else np.dtype(row_dtype)
-
-
-def _stack_init(aval, j):
-    """A stack's initial contents: never read, and distinct per stack so IREE cannot
-    merge two stacks into one buffer (see whilst.lowering._iree)."""
-    return lax.full(aval.shape, 7 + j % 100, aval.dtype)
 
 
 # ----------------------------------------------------------- the linear While
@@ -160,10 +155,10 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     known_dconsts = [x for x, lin in zip(dconsts, dconst_linear) if not lin]
     acc_avals = [a for a, lin in zip(dconst_avals, dconst_linear) if lin]
     # Everything that starts at zero: the accumulators, and the cotangents of
-    # carries the caller does not use (see `_ZeroStarted`).
+    # carries the caller does not use (see `ZeroStarted`).
     zero_ct = [type(ct) is Zero for ct in cts]
     ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
-    zeros = _ZeroStarted([a for a, z in zip(dcarry_avals, zero_ct) if z] + acc_avals)
+    zeros = ZeroStarted([a for a, z in zip(dcarry_avals, zero_ct) if z] + acc_avals)
     nkd, ngiven = len(known_dconsts), len(ct_given)
 
     def body(*args):
@@ -200,43 +195,6 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
     return [None, *[None] * (n_invariants + n_stacks), *ct_dconsts, *ct_dx_out]
-
-
-class _ZeroStarted:
-    """Carries that start at zero, with those of one shape and dtype stacked into one
-    `[m, *shape]` carry.
-
-    A `stablehlo.while` whose carries start from equal values gets one shared
-    buffer for them from IREE 3.13 (wrong results; see whilst.lowering._iree);
-    stacking makes every zero-started carry of the gradient While a distinct type.
-    """
-
-    def __init__(self, avals):
-        keys = list(dict.fromkeys((tuple(a.shape), np.dtype(a.dtype)) for a in avals))
-        members = [[j for j, a in enumerate(avals) if (tuple(a.shape), np.dtype(a.dtype)) == key]
-                   for key in keys]
-        self.slots = [None] * len(avals)
-        self.avals = []
-        for group, (key, js) in enumerate(zip(keys, members)):
-            shape, dtype = key
-            for row, j in enumerate(js):
-                self.slots[j] = (group, row if len(js) > 1 else None)
-            self.avals.append(core.ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
-                                               dtype))
-
-    def initial(self):
-        return [lax.full(a.shape, 0, a.dtype) for a in self.avals]
-
-    def unpack(self, carries):
-        return [carries[g] if row is None else carries[g][row] for g, row in self.slots]
-
-    def update(self, carries, values):
-        carries = list(carries)
-        for (g, row), v in zip(self.slots, values):
-            v = v.astype(self.avals[g].dtype)
-            carries[g] = v if row is None else lax.dynamic_update_index_in_dim(
-                carries[g], v, row, 0)
-        return carries
 
 
 ad.primitive_transposes[linear_while_p] = _transpose_linear_while
@@ -318,7 +276,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *stack_avals],
                             "forward_with_accumulators_cond")
-    stacks0 = [_stack_init(a, j) for j, a in enumerate(stack_avals)]
+    stacks0 = [distinct_fill(a.shape, a.dtype, j) for j, a in enumerate(stack_avals)]
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, [*carry, *stacks0],
         cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,

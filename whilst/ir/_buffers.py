@@ -1,0 +1,56 @@
+"""Initial values of the carries whilst's own loops create.
+
+IREE 3.13 gives two carries of one `stablehlo.while` a single buffer when they
+start from equal values (see whilst.lowering._iree). Buffers written before they
+are read (residual stacks, checkpoint slots) therefore start from a fill that is
+distinct per buffer, and carries that must start at zero are stacked by shape.
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+from jax._src import core
+
+
+def distinct_fill(shape, dtype, j):
+    """`full(shape, 7 + j % 100)`: a fill distinct for each `j < 100` (booleans have
+    only two values, which is why residual stacks store booleans as int8)."""
+    fill = j % 2 == 1 if np.dtype(dtype) == np.bool_ else 7 + j % 100
+    return lax.full(shape, fill, dtype)
+
+
+class ZeroStarted:
+    """Carries that start at zero, with those of one shape and dtype stacked into one
+    `[m, *shape]` carry.
+
+    Stacking makes every zero-started carry of a loop (a gradient While's
+    accumulators and unused cotangents) a distinct type, so IREE cannot give two
+    of them one buffer.
+    """
+
+    def __init__(self, avals):
+        keys = list(dict.fromkeys((tuple(a.shape), np.dtype(a.dtype)) for a in avals))
+        members = [[j for j, a in enumerate(avals) if (tuple(a.shape), np.dtype(a.dtype)) == key]
+                   for key in keys]
+        self.slots = [None] * len(avals)
+        self.avals = []
+        for group, (key, js) in enumerate(zip(keys, members)):
+            shape, dtype = key
+            for row, j in enumerate(js):
+                self.slots[j] = (group, row if len(js) > 1 else None)
+            self.avals.append(core.ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
+                                               dtype))
+
+    def initial(self):
+        return [lax.full(a.shape, 0, a.dtype) for a in self.avals]
+
+    def unpack(self, carries):
+        return [carries[g] if row is None else carries[g][row] for g, row in self.slots]
+
+    def update(self, carries, values):
+        carries = list(carries)
+        for (g, row), v in zip(self.slots, values):
+            v = v.astype(self.avals[g].dtype)
+            carries[g] = v if row is None else lax.dynamic_update_index_in_dim(
+                carries[g], v, row, 0)
+        return carries
