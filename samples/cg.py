@@ -82,6 +82,11 @@ def problem(n, condition=1e2, seed=0):
     return A.astype(np.float32), b.astype(np.float32)
 
 
+def bench_program():
+    """`(fn, args)` for bench/iree_vs_jax.py: the loss gradient at n = 128."""
+    return jax.grad(loss, argnums=(0, 1)), problem(128)
+
+
 def run(n=128, figure=None):
     """Export, compile, run on IREE and compare with JAX; returns the numbers."""
     A, b = problem(n)
