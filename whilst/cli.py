@@ -21,7 +21,7 @@ Ahead-of-time compilation of functions with whilst.while_loop into IREE modules
 (.vmfb), and an embedded runtime to run them without JAX.
 
 examples:
-  whilst compile model.py:loss --arg 'f32[b,4]' --arg 'f32[4,4]' --grad 1 -o loss.vmfb
+  whilst compile model.py:loss --arg 'f32[8,4]' --arg 'f32[4,4]' --grad 1 -o loss.vmfb
   whilst inspect loss.vmfb
   whilst run loss.vmfb --function loss_grad --input x.npy --input w.npy --output out/
   whilst ir model.py:loss --arg 'f32[8,4]' --arg 'f32[4,4]' --grad 1 --graph loops.svg
@@ -35,11 +35,14 @@ with IREE and write the .vmfb. Prints each stage and how long it took.
 Argument specs are DTYPE[DIMS]: f32[8,4], i32[] (a scalar), f64, bool[3].
 A name in place of a size is a symbolic dimension, shared by all --arg
 specs: the module then runs for every size (f32[b,4] and i32[b]: one b).
+(With IREE 3.13, --grad needs static shapes: the residual stacks of a
+symbolic-shaped loop do not compile.)
 Several --target flags give one module that runs on each of them.
 
 examples:
   whilst compile model.py:step --arg 'f32[8,4]' --arg 'i32[]' -o step.vmfb
-  whilst compile model.py:loss --arg 'f32[b,4]' --arg 'f32[4,4]' --grad 1 -o loss.vmfb
+  whilst compile model.py:loss --arg 'f32[8,4]' --arg 'f32[4,4]' --grad 1 -o loss.vmfb
+  whilst compile model.py:predict --arg 'f32[b,4]' --arg 'f32[4,4]' -o predict.vmfb
   whilst compile model.py:loss --arg 'f32[8,4]' --arg 'f32[4,4]' \\
       --target llvm-cpu --target cuda --gpu-arch cuda=sm_80 -o loss.vmfb
   whilst compile model.py:loss --arg 'f32[8,4]' --arg 'f32[4,4]' --emit-mlir mlir/ -o loss.vmfb
