@@ -172,13 +172,13 @@ def test_ir_prints_while_loops_and_draws_them(work, capsys):
     code, out, _ = whilst(work, "ir", "model.py:loss", "--arg", "f32[3,4]", "--arg", "f32[4,4]",
                           "--grad", "0", "--graph", "loops.svg", capsys=capsys)
     assert code == 0
-    assert "//   forward While 'rnn': at most 20 iterations, 1 accumulator stack(s)" in out
+    assert "//   forward While 'rnn': at most 20 iterations, 2 accumulator stack(s)" in out
     assert "//   gradient While 'rnn': at most 20 iterations" in out
     assert "functional_while[" in out and "role=gradient" in out
     svg = (work / "loops.svg").read_text()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     for text in ("While  ·  forward  ·  'rnn'", "While  ·  gradient  ·  'rnn'",
-                 "f32[20,2,3,4]", "from the forward While 'rnn'", ">cond<", ">body<"):
+                 "f32[20,3,4]", "from the forward While 'rnn'", ">cond<", ">body<"):
         assert text in svg, text
     code, out, _ = whilst(work, "ir", "model.py:loss", "--arg", "f32[3,4]", "--arg",
                           "f32[4,4]", "--stage", "stablehlo", capsys=capsys)

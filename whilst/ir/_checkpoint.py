@@ -58,7 +58,7 @@ from jax._src.ad_util import Zero
 from jax._src.interpreters import ad, batching
 from jax._src.util import merge_lists, partition_list, split_list
 
-from whilst.ir._buffers import StackedByType, distinct_fill
+from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
@@ -227,11 +227,11 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     nz_consts = [k for k, nz in enumerate(const_nz) if nz]
     lin_consts = [k for k, lin in zip(nz_consts, dconst_linear) if lin]
     # The accumulators and the cotangents of unused carries start at zero (see
-    # `StackedByType`); the other cotangents start from `cts`.
+    # `ZeroStarted`); the other cotangents start from `cts`.
     zero_ct = [type(ct) is Zero for ct in cts]
     ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
     acc_avals = [core.typeof(consts[k]).to_tangent_aval() for k in lin_consts]
-    zeros = StackedByType([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
+    zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
     nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
 
     def reverse_step(cs, i, xs, ct):
@@ -285,7 +285,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
 
     x_init = [_slot(s, 0) for s in slots]
     state0 = [n, n, pos]
-    carry0 = [*state0, *slots, *x_init, *ct_given, *zeros.zeros()]
+    carry0 = [*state0, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [core.typeof(x) for x in carry0]
     const_avals = [core.typeof(x) for x in consts]
     _, *outs = functional_while(

@@ -52,7 +52,7 @@ from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 from jax._src.util import merge_lists, partition_list, split_list
 
-from whilst.ir._buffers import StackedByType, uninitialized
+from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
@@ -69,11 +69,11 @@ def _row_index(index, ndim):
     return (index, *[zero] * (ndim - 1))
 
 
-def _read_rows(stacks, index):
-    """`[s[index] for s in stacks]`."""
+def _read_rows(stacks, index, row_avals):
+    """`[s[index] for s in stacks]`, as the residuals' own dtypes (see `_stack_dtype`)."""
     return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
-                                         slice_sizes=(1, *s.shape[1:]))[0]
-            for s in stacks]
+                                         slice_sizes=(1, *s.shape[1:]))[0].astype(a.dtype)
+            for s, a in zip(stacks, row_avals)]
 
 
 def _write_rows(stacks, rows, index):
@@ -81,6 +81,11 @@ def _write_rows(stacks, rows, index):
     return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
                                                 *_row_index(index, s.ndim))
             for s, r in zip(stacks, rows)]
+
+
+def _stack_dtype(row_dtype):
+    """Booleans are stacked as int8, which has room for a distinct fill per stack."""
+    return np.dtype(np.int8) if row_dtype == np.bool_ else np.dtype(row_dtype)
 
 
 # ----------------------------------------------------------- the linear While
@@ -103,7 +108,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
 
     def body(*args):
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
-        return call(body_jaxpr, *inv, *_read_rows(stk, i), *dc, *dx)
+        rows = _read_rows(stk, i, body_jaxpr.in_avals[n_invariants:][:n_stacks])
+        return call(body_jaxpr, *inv, *rows, *dc, *dx)
 
     const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
     carry_avals = [core.typeof(x) for x in dcarry]
@@ -149,10 +155,10 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     known_dconsts = [x for x, lin in zip(dconsts, dconst_linear) if not lin]
     acc_avals = [a for a, lin in zip(dconst_avals, dconst_linear) if lin]
     # Everything that starts at zero: the accumulators, and the cotangents of
-    # carries the caller does not use (see `StackedByType`).
+    # carries the caller does not use (see `ZeroStarted`).
     zero_ct = [type(ct) is Zero for ct in cts]
     ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
-    zeros = StackedByType([a for a, z in zip(dcarry_avals, zero_ct) if z] + acc_avals)
+    zeros = ZeroStarted([a for a, z in zip(dcarry_avals, zero_ct) if z] + acc_avals)
     nkd, ngiven = len(known_dconsts), len(ct_given)
 
     def body(*args):
@@ -160,7 +166,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
             args, [1, n_invariants, n_stacks, nkd, 1, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [sum(zero_ct)])
         ct_x = merge_lists(zero_ct, given, zero_started)
-        rows = _read_rows(stk, last - k)
+        rows = _read_rows(stk, last - k, body_jaxpr.in_avals[n_invariants:][:n_stacks])
         kd_iter = iter(kd)
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
@@ -180,7 +186,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     grad_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
-        [], consts, n, [*ct_given, *zeros.zeros()],
+        [], consts, n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient")
     given_out, started_out = split_list(outs, [ngiven])
@@ -246,20 +252,18 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     ncarry = len(carry)
     row_avals = primal_jaxpr.out_avals[ncarry:]
     assert len(row_avals) == n_rows
-    # Rows of one shape and stored dtype share a stack (see `StackedByType`).
-    groups = StackedByType(row_avals)
-    n_stacks = len(groups.avals)
 
     # (a) the primal While with accumulators.
     rows_allocated = max(static_bound, 1)  # a zero-trip loop still needs a valid stack type
-    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), a.dtype) for a in groups.avals]
+    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), _stack_dtype(a.dtype))
+                   for a in row_avals]
     nh = len(hoisted_consts)
 
     def forward_body(*args):
         consts, (i,), xs, stacks = split_list(args, [nh, 1, ncarry])
         outs = call(primal_jaxpr, *consts, i, *xs)
         new_xs, rows = split_list(outs, [ncarry])
-        return [*new_xs, *_write_rows(stacks, groups.pack(rows), i)]
+        return [*new_xs, *_write_rows(stacks, rows, i)]
 
     carry_avals = body_jaxpr.in_avals[first_carry:]
     fwd_body = trace_closed(forward_body, [*[core.typeof(c) for c in hoisted_consts],
@@ -272,11 +276,11 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *stack_avals],
                             "forward_with_accumulators_cond")
-    stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals]
+    stacks0 = [distinct_fill(a.shape, a.dtype, j) for j, a in enumerate(stack_avals)]
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, [*carry, *stacks0],
         cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,
-        name=name, role=role, accumulators=accumulators + n_stacks)
+        name=name, role=role, accumulators=accumulators + n_rows)
     carry_out, stacks = split_list(outs, [ncarry])
 
     # (b) the linear While, with its body taking [invariants, rows, dconsts, dcarry].
@@ -291,12 +295,11 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
             inv_avals[j] = a
 
     def linear_body(*args):
-        inv, stacked_rows, rest = split_list(args, [n_inv, n_stacks])
-        rows = groups.unpack(stacked_rows)
+        inv, rows, rest = split_list(args, [n_inv, n_rows])
         res = [inv[j] if kind == "invariant" else rows[j] for kind, j in residual_kinds]
         return call(tangent_jaxpr, *res, *rest)
 
-    lin_body = trace_closed(linear_body, [*inv_avals, *groups.avals, *dconst_avals,
+    lin_body = trace_closed(linear_body, [*inv_avals, *row_avals, *dconst_avals,
                                           *dcarry_avals], "linear_while_body")
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
 
@@ -307,7 +310,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out = linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=lin_body, n_invariants=n_inv,
-            n_stacks=n_stacks, n_dconsts=n_dconsts, static_bound=static_bound, name=name)
+            n_stacks=n_rows, n_dconsts=n_dconsts, static_bound=static_bound, name=name)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
