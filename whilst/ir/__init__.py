@@ -1,5 +1,6 @@
 """The IR: the functional While primitive and its rules (forward mode, batching,
 reverse mode with the gradient While)."""
+from whilst.ir._buffers import uninitialized_p
 from whilst.ir._checkpoint import (
     checkpointed_linear_while_p, expand_checkpointed_linear_while)
 from whilst.ir._checkpoint_schedule import schedule_cost
@@ -13,5 +14,5 @@ __all__ = [
     "COUNTER_AVAL", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
     "expand_checkpointed_linear_while", "expand_linear_while", "functional_while",
     "functional_while_p", "iter_loops", "linear_while_p", "residual_report",
-    "schedule_cost", "split_operands", "trace", "trace_with_consts",
+    "schedule_cost", "split_operands", "trace", "trace_with_consts", "uninitialized_p",
 ]

@@ -1,20 +1,41 @@
 """Initial values of the carries whilst's own loops create.
 
 IREE 3.13 gives two carries of one `stablehlo.while` a single buffer when they
-start from equal values (see whilst.lowering._iree). Buffers written before they
-are read (residual stacks, checkpoint slots) therefore start from a fill that is
-distinct per buffer, and carries that must start at zero are stacked by shape.
+start from equal values (see whilst.lowering._iree). So residual stacks start
+`uninitialized` and are each of a distinct type, checkpoint slots start from a
+fill that is distinct per buffer, and carries that must start at zero are
+stacked by shape (`ZeroStarted`).
 """
 from __future__ import annotations
 
 import numpy as np
 from jax import lax
-from jax._src import core
+from jax._src import core, dispatch
+from jax._src.ad_util import Zero
+from jax._src.interpreters import ad
+
+uninitialized_p = core.Primitive("uninitialized")
+uninitialized_p.def_impl(lambda **params: dispatch.apply_primitive(uninitialized_p, **params))
+uninitialized_p.def_abstract_eval(lambda *, shape, dtype: core.ShapedArray(shape, dtype))
+ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
+    uninitialized_p.bind(**params),
+    Zero(core.ShapedArray(params["shape"], params["dtype"]).to_tangent_aval()))
+
+
+def uninitialized(shape, dtype):
+    """An array whose contents are never read before they are written.
+
+    Lowered as zeros tagged `whilst.uninitialized`, which the IREE preparation
+    turns into `tensor.empty`: a residual stack then costs no fill, whatever
+    `maximum_iterations` is. Two of one type feeding one loop would become one
+    buffer on IREE, so callers give each a type of its own.
+    """
+    return uninitialized_p.bind(shape=tuple(shape), dtype=np.dtype(dtype))
 
 
 def distinct_fill(shape, dtype, j):
-    """`full(shape, 7 + j % 100)`: a fill distinct for each `j < 100` (booleans have
-    only two values, which is why residual stacks store booleans as int8)."""
+    """`full(shape, 7 + j % 100)`: a fill distinct for each `j < 100` (booleans
+    have only two values)."""
     fill = j % 2 == 1 if np.dtype(dtype) == np.bool_ else 7 + j % 100
     return lax.full(shape, fill, dtype)
 

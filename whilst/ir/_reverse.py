@@ -38,7 +38,7 @@ Residual choice: only what `body_linear` reads is kept; residuals computed from
 loop constants alone are hoisted out of the loop and computed once; constants
 (pass-through carries become constants, see `functional_while`) are passed as
 they are; everything else is stacked, one row per step, in buffers preallocated
-to `static_bound` rows.
+to `static_bound` rows (see `_stack_avals`), left uninitialized.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 from jax._src.util import merge_lists, partition_list, split_list
 
-from whilst.ir._buffers import ZeroStarted, distinct_fill
+from whilst.ir._buffers import ZeroStarted, uninitialized
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
@@ -69,11 +69,11 @@ def _row_index(index, ndim):
     return (index, *[zero] * (ndim - 1))
 
 
-def _read_rows(stacks, index, row_avals):
-    """`[s[index] for s in stacks]`, as the residuals' own dtypes (see `_stack_dtype`)."""
+def _read_rows(stacks, index):
+    """`[s[index] for s in stacks]`."""
     return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
-                                         slice_sizes=(1, *s.shape[1:]))[0].astype(a.dtype)
-            for s, a in zip(stacks, row_avals)]
+                                         slice_sizes=(1, *s.shape[1:]))[0]
+            for s in stacks]
 
 
 def _write_rows(stacks, rows, index):
@@ -81,11 +81,6 @@ def _write_rows(stacks, rows, index):
     return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
                                                 *_row_index(index, s.ndim))
             for s, r in zip(stacks, rows)]
-
-
-def _stack_dtype(row_dtype):
-    """Booleans are stacked as int8, which has room for a distinct fill per stack."""
-    return np.dtype(np.int8) if row_dtype == np.bool_ else np.dtype(row_dtype)
 
 
 # ----------------------------------------------------------- the linear While
@@ -108,8 +103,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
 
     def body(*args):
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
-        rows = _read_rows(stk, i, body_jaxpr.in_avals[n_invariants:][:n_stacks])
-        return call(body_jaxpr, *inv, *rows, *dc, *dx)
+        return call(body_jaxpr, *inv, *_read_rows(stk, i), *dc, *dx)
 
     const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
     carry_avals = [core.typeof(x) for x in dcarry]
@@ -166,7 +160,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
             args, [1, n_invariants, n_stacks, nkd, 1, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [sum(zero_ct)])
         ct_x = merge_lists(zero_ct, given, zero_started)
-        rows = _read_rows(stk, last - k, body_jaxpr.in_avals[n_invariants:][:n_stacks])
+        rows = _read_rows(stk, last - k)
         kd_iter = iter(kd)
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
@@ -254,9 +248,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     assert len(row_avals) == n_rows
 
     # (a) the primal While with accumulators.
-    rows_allocated = max(static_bound, 1)  # a zero-trip loop still needs a valid stack type
-    stack_avals = [core.ShapedArray((rows_allocated, *a.shape), _stack_dtype(a.dtype))
-                   for a in row_avals]
+    stack_avals = _stack_avals(row_avals, static_bound)
     nh = len(hoisted_consts)
 
     def forward_body(*args):
@@ -276,7 +268,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *stack_avals],
                             "forward_with_accumulators_cond")
-    stacks0 = [distinct_fill(a.shape, a.dtype, j) for j, a in enumerate(stack_avals)]
+    stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals]
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, [*carry, *stacks0],
         cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,
@@ -317,6 +309,19 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
 
     return [n, *carry_out], [False, *carry_nz], [n, *invariants, *stacks], linearized
+
+
+def _stack_avals(row_avals, static_bound):
+    """One `[rows, *row.shape]` stack per residual. A zero-trip loop still needs a
+    row; the j-th stack of rows of one shape and dtype gets j spare rows, so every
+    stack of a loop has a type of its own (see `uninitialized`)."""
+    seen = {}
+    avals = []
+    for a in row_avals:
+        key = (tuple(a.shape), np.dtype(a.dtype))
+        spare = seen[key] = seen.get(key, -1) + 1
+        avals.append(core.ShapedArray((max(static_bound, 1) + spare, *a.shape), a.dtype))
+    return avals
 
 
 def _hoisted_flags(in_fwd_res, which_hoisted):

@@ -3,6 +3,8 @@
 Preparation edits the module with IREE's MLIR Python bindings (never text):
   * each exported function is renamed to its signature name and its private
     helpers are prefixed, so several exports merge into one module;
+  * residual stacks (`whilst.uninitialized` zeros) become `tensor.empty`, so
+    their cost does not grow with `maximum_iterations`;
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
@@ -68,6 +70,7 @@ def prepare(exports, targets=None) -> str:
         for exp in exports:
             module = ir.Module.parse(exp.text)
             _rename_symbols(module, exp.name)
+            _leave_uninitialized(module)
             shared = _loops_with_shared_inits(module)
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):
@@ -104,6 +107,29 @@ def _loops_with_shared_inits(module) -> dict[str, list[str]]:
             return ir.WalkResult.ADVANCE
         func.operation.walk(visit)
     return shared
+
+
+def _leave_uninitialized(module) -> None:
+    """Ops tagged `whilst.uninitialized` (residual stacks, see whilst.ir._buffers)
+    become `tensor.empty`: allocated, never filled."""
+    from iree.compiler import ir
+
+    tagged = []
+
+    def visit(op):
+        if "whilst.uninitialized" in op.operation.attributes:
+            tagged.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in tagged:
+        result_type = ir.RankedTensorType(op.results[0].type)
+        if not result_type.has_static_shape:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            empty = ir.Operation.create("tensor.empty", results=[result_type])
+        op.results[0].replace_all_uses_with(empty.results[0])
+        op.erase()
 
 
 def _describe_loop(op) -> str:

@@ -41,8 +41,9 @@ from jax._src.lib.mlir.dialects import hlo
 
 from whilst.ir import (checkpointed_linear_while_p, expand_checkpointed_linear_while,
                        expand_linear_while, functional_while_p, linear_while_p,
-                       split_operands)
+                       split_operands, uninitialized_p)
 
+UNINITIALIZED_ATTR = "whilst.uninitialized"
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
@@ -247,7 +248,17 @@ def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
             for u, new, old in zip(unread, new_xs, xs)]
 
 
+def _uninitialized_lowering(ctx, *, shape, dtype):
+    """Zeros, tagged so that the IREE preparation can make them `tensor.empty`."""
+    (aval,) = ctx.avals_out
+    out = mlir.broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), dtype)), aval,
+                                broadcast_dimensions=[])
+    out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
+    return [out]
+
+
 mlir.register_lowering(functional_while_p, _functional_while_lowering)
+mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
 mlir.register_lowering(linear_while_p,
                        mlir.lower_fun(expand_linear_while, multiple_results=True))
 mlir.register_lowering(checkpointed_linear_while_p,
