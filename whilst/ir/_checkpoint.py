@@ -61,7 +61,7 @@ from jax._src.util import merge_lists, partition_list, split_list
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
+    COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
 
 
@@ -74,17 +74,6 @@ def _store(buf, k, x, when):
     return lax.dynamic_update_index_in_dim(buf, jnp.where(when, x, _slot(buf, k)), k, 0)
 
 
-def _jvp_fixed_point(body_jaxpr, const_nz, carry_nz):
-    """The carries with non-zero tangents, given those of the constants and the init."""
-    for _ in range(len(carry_nz) + 1):
-        _, out_nz = ad.jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
-                                 instantiate=carry_nz)
-        if out_nz == carry_nz:
-            return carry_nz
-        carry_nz = [a or b for a, b in zip(carry_nz, out_nz)]
-    return carry_nz
-
-
 # ------------------------------------------------------------- (a) the forward While
 
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
@@ -95,7 +84,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     K = checkpoints
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
-    carry_nz = _jvp_fixed_point(body_jaxpr, list(const_nz), list(carry_nz))
+    _, carry_nz = jvp_body(body_jaxpr, const_nz, carry_nz)
     ncarry, nb = len(carry), len(body_consts)
     carry_avals = list(body_jaxpr.in_avals[nb + 1:])
     slot_avals = [core.ShapedArray((K, *a.shape), a.dtype) for a in carry_avals]

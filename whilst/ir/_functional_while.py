@@ -108,6 +108,19 @@ def _carry_avals(body_jaxpr, body_nconsts):
 
 # ---------------------------------------------------------------- forward mode
 
+def jvp_body(body_jaxpr, const_nz, carry_nz):
+    """`(jvp of body, carry_nz)` at the fixed point of which carries have non-zero
+    tangents, given those of the constants and of the initial carry."""
+    carry_nz = list(carry_nz)
+    for _ in range(len(carry_nz) + 1):
+        body_jvp, carry_nz_out = ad.jvp_jaxpr(
+            body_jaxpr, [*const_nz, False, *carry_nz], instantiate=carry_nz)
+        if carry_nz_out == carry_nz:
+            return body_jvp, carry_nz
+        carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
+    raise AssertionError("no fixed point of the non-zero tangents")
+
+
 def _jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
               **params):
     """Carry the tangents of the carry alongside it, through the same While."""
@@ -116,13 +129,7 @@ def _jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_n
     const_nz = [type(t) is not Zero for t in body_const_dots]
     carry_nz = [type(t) is not Zero for t in carry_dots]
 
-    for _ in range(len(carry) + 1):
-        body_jvp, carry_nz_out = ad.jvp_jaxpr(
-            body_jaxpr, const_nz + [False] + carry_nz, instantiate=carry_nz)
-        if carry_nz_out == carry_nz:
-            break
-        carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
-
+    body_jvp, carry_nz = jvp_body(body_jaxpr, const_nz, carry_nz)
     nc, ncarry = len(body_consts), len(carry)
     n_const_dots = sum(const_nz)
     const_dots = [t for t, nz in zip(body_const_dots, const_nz) if nz]
