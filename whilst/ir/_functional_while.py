@@ -21,8 +21,11 @@ Static parameters:
   name: the loop's name, carried into the emitted StableHLO.
   role: "forward" (a user loop or its primal with accumulators), "gradient"
     (the transposed replay) or "linear" (a linear While not yet transposed).
-  accumulators: how many trailing carries are residual stacks pushed by the
-    forward loop for its gradient While (0 for a plain loop).
+  accumulators, stack_rows, row_offset, pops, pop_pad: residual stacks the
+    loop pushes rows to or pops rows from (all 0 for a plain loop): the body
+    returns `accumulators` rows after the carry and the loop's results end with
+    their stacks; with `pops`, the last body operands are `top` and the popped
+    stacks, and the body receives one row of each. See `_stacks.py`.
   unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
   checkpoints: None, or the number of carries reverse mode may keep: then
     linearizing the loop needs no bound and recomputes steps between
@@ -41,6 +44,7 @@ from jax._src.ad_util import Zero
 from jax._src.interpreters import ad, batching, partial_eval as pe
 from jax._src.util import merge_lists, partition_list, split_list
 
+from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, split_pops, stack_avals
 from whilst.ir._tracing import call, trace_closed
 
 COUNTER_AVAL = core.ShapedArray((), np.int32)
@@ -54,37 +58,42 @@ functional_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
 
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
-                     static_bound, name, role="forward", accumulators=0, unroll=None,
-                     checkpoints=None):
-    """Bind `functional_while_p`; returns `[counter, *carry]` (see the module docstring).
+                     static_bound, name, role="forward", unroll=None, checkpoints=None,
+                     **stack_params):
+    """Bind `functional_while_p`; returns `[counter, *carry, *stacks]` (see the module
+    docstring; `stack_params` are those of `_stacks.StackParams`).
 
     Carries that body returns unchanged are loop invariants: they are passed to
     cond and body as constants instead, so no transformation carries, batches
     or stacks them.
     """
     assert role in ROLES, role
+    sp = StackParams(**stack_params)
     nb = len(body_consts)
+    nb_jaxpr = nb - (1 if sp.pops else 0)  # `top` is not a body input
+    ncarry = len(carry)
     forwarded = pe._jaxpr_forwarding(body_jaxpr.jaxpr)
-    invariant = [forwarded[j] == nb + 1 + j for j in range(len(carry))]
+    invariant = [forwarded[j] == nb_jaxpr + 1 + j for j in range(ncarry)]
     if any(invariant):
         body_jaxpr = pe.move_binders_to_front(
-            pe.prune_closed_jaxpr_outputs(body_jaxpr, [not v for v in invariant]),
-            [False] * (nb + 1) + invariant)
+            pe.prune_closed_jaxpr_outputs(
+                body_jaxpr, [not v for v in invariant] + [True] * sp.accumulators),
+            [False] * (nb_jaxpr + 1) + invariant)
         cond_jaxpr = pe.move_binders_to_front(
             cond_jaxpr, [False] * (len(cond_consts) + 1) + invariant)
         carry_kept, moved = partition_list(invariant, list(carry))
         counter, *outs = functional_while(
             [*moved, *cond_consts], [*moved, *body_consts], bound, carry_kept,
             cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, static_bound=static_bound,
-            name=name, role=role, accumulators=accumulators, unroll=unroll,
-            checkpoints=checkpoints)
-        return [counter, *merge_lists(invariant, outs, moved)]
+            name=name, role=role, unroll=unroll, checkpoints=checkpoints, **stack_params)
+        carry_out, stacks = split_list(outs, [len(carry_kept)])
+        return [counter, *merge_lists(invariant, carry_out, moved), *stacks]
     return functional_while_p.bind(
         *cond_consts, *body_consts, bound, *carry,
         cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
         cond_nconsts=len(cond_consts), body_nconsts=nb,
-        static_bound=static_bound, name=name, role=role,
-        accumulators=accumulators, unroll=unroll, checkpoints=checkpoints)
+        static_bound=static_bound, name=name, role=role, unroll=unroll,
+        checkpoints=checkpoints, **sp.as_params())
 
 
 def split_operands(operands, cond_nconsts, body_nconsts):
@@ -94,9 +103,10 @@ def split_operands(operands, cond_nconsts, body_nconsts):
     return cond_consts, body_consts, bound, carry
 
 
-def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, **_):
+def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):
     effects = core.join_effects(cond_jaxpr.effects, body_jaxpr.effects)
-    return [COUNTER_AVAL, *body_jaxpr.out_avals], effects
+    carry, rows = split_list(body_jaxpr.out_avals, [len(body_jaxpr.out_avals) - accumulators])
+    return [COUNTER_AVAL, *carry, *stack_avals(rows, stack_rows)], effects
 
 
 functional_while_p.def_effectful_abstract_eval(_abstract_eval)
@@ -104,6 +114,7 @@ functional_while_p.def_effectful_abstract_eval(_abstract_eval)
 
 def _carry_avals(body_jaxpr, body_nconsts):
     return body_jaxpr.in_avals[body_nconsts + 1:]
+
 
 
 # ---------------------------------------------------------------- forward mode
@@ -121,9 +132,18 @@ def jvp_body(body_jaxpr, const_nz, carry_nz):
     raise AssertionError("no fixed point of the non-zero tangents")
 
 
-def _jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
-              **params):
+def _jvp_rule(primals, tangents, **params):
     """Carry the tangents of the carry alongside it, through the same While."""
+    if StackParams.of(params).any:
+        operands, params = explicit_form(primals, params)
+        new_stacks = operands[len(primals):]
+        return _jvp_rule(operands, [*tangents, *[Zero(core.typeof(s).to_tangent_aval())
+                                                 for s in new_stacks]], **params)
+    return _jvp_plain(primals, tangents, **params)
+
+
+def _jvp_plain(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
+               **params):
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, body_const_dots, _, carry_dots = split_operands(tangents, cond_nconsts, body_nconsts)
     const_nz = [type(t) is not Zero for t in body_const_dots]
@@ -173,44 +193,67 @@ def _move_to_front(x, dim, batched_now, size):
     return batching.moveaxis(x, dim, 0)
 
 
-def _batching_rule(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts,
-                   body_nconsts, static_bound, **params):
-    """vmap: a lane whose predicate turned false keeps its carry while others run on."""
+def _batching_rule(axis_data, args, dims, **params):
+    """vmap: a lane whose predicate turned false keeps its carry while others run on.
+
+    Pushed rows are not held back for finished lanes: a lane's rows past its own
+    trip count are never read. Pops whose `top` differs per lane are read by the
+    loop's `explicit_form` (a gather per step)."""
+    sp = StackParams.of(params)
+    _, body_dims, _, _ = split_operands(dims, params["cond_nconsts"], params["body_nconsts"])
+    if split_pops(body_dims, sp.pops)[1] is not None:
+        operands, params = explicit_form(args, params)
+        return _batching_rule(axis_data, operands,
+                              [*dims, *[None] * (len(operands) - len(args))], **params)
+    return _batch_stack_aware(axis_data, args, dims, sp,
+                              **{k: v for k, v in params.items() if k not in NO_STACKS})
+
+
+def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+                       body_nconsts, static_bound, **params):
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     cc_dims, bc_dims, bound_dim, carry_dims = split_operands(dims, cond_nconsts, body_nconsts)
+    consts, top, popped = split_pops(body_consts, sp.pops)
+    c_dims, _, pop_dims = split_pops(bc_dims, sp.pops)
+    ncarry = len(carry)
     cc_b = [d is not None for d in cc_dims]
-    bc_b = [d is not None for d in bc_dims]
+    bc_b = [d is not None for d in [*c_dims, *pop_dims]]  # the body's const inputs
     carry_b = [d is not None for d in carry_dims]
+    no_rows = [False] * sp.accumulators
 
-    for _ in range(len(carry) + 1):
-        _, carry_b_out = batching.batch_jaxpr(
-            body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b)
-        if carry_b_out == carry_b:
+    for _ in range(ncarry + 1):
+        _, out_b = batching.batch_jaxpr(
+            body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b + no_rows)
+        if out_b[:ncarry] == carry_b:
             break
-        carry_b = [a or b for a, b in zip(carry_b, carry_b_out)]
+        carry_b = [a or b for a, b in zip(carry_b, out_b)]
     _, (pred_b,) = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
                                         instantiate=False)
     per_lane = pred_b or bound_dim is not None
     if per_lane:
-        carry_b = [True] * len(carry)
-    body_batched, _ = batching.batch_jaxpr(body_jaxpr, axis_data, bc_b + [False] + carry_b,
-                                           instantiate=carry_b)
+        carry_b = [True] * ncarry
+    body_batched, out_b = batching.batch_jaxpr(
+        body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b + no_rows)
     cond_batched, _ = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
                                            instantiate=per_lane)
+    # A batched row r is pushed to a [rows, batch, *r.shape[1:]] stack.
+    stack_dims = [1 if b else None for b in out_b[ncarry:]]
 
     size = axis_data.size
     cond_consts = [_move_to_front(x, d, False, size) for x, d in zip(cond_consts, cc_dims)]
-    body_consts = [_move_to_front(x, d, False, size) for x, d in zip(body_consts, bc_dims)]
+    consts = [_move_to_front(x, d, False, size) for x, d in zip(consts, c_dims)]
+    popped = [x if d is None else batching.moveaxis(x, d, 1) for x, d in zip(popped, pop_dims)]
     carry = [_move_to_front(x, d, b, size) for x, d, b in zip(carry, carry_dims, carry_b)]
+    body_operands = [*consts, *([] if top is None else [top]), *popped]
 
     if not per_lane:
         counter, *outs = functional_while(
-            cond_consts, body_consts, bound, carry, cond_jaxpr=cond_batched,
-            body_jaxpr=body_batched, static_bound=static_bound, **params)
-        return [counter, *outs], [None] + [0 if b else None for b in carry_b]
+            cond_consts, body_operands, bound, carry, cond_jaxpr=cond_batched,
+            body_jaxpr=body_batched, static_bound=static_bound, **params, **sp.as_params())
+        return [counter, *outs], [None] + [0 if b else None for b in carry_b] + stack_dims
 
     bounds = _move_to_front(bound, bound_dim, True, size)
-    ncc, nbc = len(cond_consts), len(body_consts)
+    ncc, nbc = len(cond_consts), len(consts) + sp.pops
 
     # Each lane counts down the steps its bound still allows, so the loop never
     # starts two lane vectors from the same zeros (see whilst.lowering._iree).
@@ -225,13 +268,13 @@ def _batching_rule(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconst
     def body(*args):
         cconsts, bconsts, (i, remaining), xs = split_list(args, [ncc, nbc, 2])
         active = lane_active(cconsts, i, remaining, xs)
-        new = call(body_batched, *bconsts, i, *xs)
+        new, rows = split_list(call(body_batched, *bconsts, i, *xs), [ncarry])
         kept = [lax.select(lax.broadcast_in_dim(active, x.shape, (0,)), n, x)
                 for n, x in zip(new, xs)]
-        return [remaining - active.astype(np.int32), *kept]
+        return [remaining - active.astype(np.int32), *kept, *rows]
 
     cc_avals = [core.typeof(x) for x in cond_consts]
-    bc_avals = [core.typeof(x) for x in body_consts]
+    bc_avals = body_batched.in_avals[:nbc]
     lanes_aval = core.ShapedArray((size,), np.int32)
     carry_avals = [core.typeof(x) for x in carry]
     new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
@@ -239,10 +282,10 @@ def _batching_rule(axis_data, args, dims, *, cond_jaxpr, body_jaxpr, cond_nconst
     new_body = trace_closed(body, [*cc_avals, *bc_avals, COUNTER_AVAL, lanes_aval,
                                    *carry_avals], "functional_while_vmap_body")
     _, remaining, *outs = functional_while(
-        cond_consts, [*cond_consts, *body_consts], lax.reduce_max(bounds, (0,)),
+        cond_consts, [*cond_consts, *body_operands], lax.reduce_max(bounds, (0,)),
         [bounds, *carry], cond_jaxpr=new_cond, body_jaxpr=new_body,
-        static_bound=static_bound, **params)
-    return [bounds - remaining, *outs], [0] * (1 + len(outs))
+        static_bound=static_bound, **params, **sp.as_params())
+    return [bounds - remaining, *outs], [0] * (1 + ncarry) + stack_dims
 
 
 batching.fancy_primitive_batchers[functional_while_p] = _batching_rule

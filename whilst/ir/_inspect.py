@@ -79,7 +79,7 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
         n_acc = eqn.params["accumulators"]
         if n_acc == 0:
             continue
-        stacks = eqn.params["body_jaxpr"].out_avals[-n_acc:]
+        stacks = [v.aval for v in eqn.outvars[-n_acc:]]
         loops.append(LoopResiduals(
             name=eqn.params["name"], role=eqn.params["role"],
             max_iterations=eqn.params["static_bound"],

@@ -3,42 +3,47 @@
 Linearizing `functional_while_p` (what `jax.grad`, `jax.vjp` and `jax.linearize`
 do) emits two loops::
 
-    # (a) the primal While, extended with accumulators (role "forward")
-    stacks = [zeros((static_bound, *r.shape)) for r in step_residuals]
+    # (a) the primal While, pushing the residuals of each step (role "forward")
+    stacks = [empty((rows, *r.shape)) for r in step_residuals]
     i = 0
     while i < bound and cond(i, carry):
         carry, res = body_and_residuals(hoisted, i, carry)
-        for s, r in zip(stacks, res): s[i] = r
+        for s, r in zip(stacks, res): s[pad + i] = r
         i += 1
     n = i
 
     # (b) the linear While (`linear_while_p`), staged on the tangent side
     for i in range(n):
-        dcarry = body_linear(invariants, [s[i] for s in stacks], dconsts, dcarry)
+        dcarry = body_linear(invariants, [s[pad + i] for s in stacks], dconsts, dcarry)
 
 Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
 **gradient While** (role "gradient")::
 
-    last = n - 1
+    top = pad + n - 1
     ct_consts = 0
-    for k in range(n):                     # counts up, pops row last - k
-        ct_carry, ct_step = transpose(body_linear)(invariants, rows(last - k), ct_carry)
+    for k in range(n):                     # counts up, pops row top - k
+        ct_carry, ct_step = transpose(body_linear)(invariants, rows(top - k), ct_carry)
         ct_consts += ct_step
     return ct_consts, ct_carry
+
+The pushes and pops are the loops' own (`_stacks.py`), so the lowering moves
+the rows of k unrolled steps as one chunk. Both unroll factors are fixed here:
+the forward's k_f sizes the stacks (`rows` = pad + n rounded up to k_f) and the
+gradient's k_g sets `pad = k_g - 1` rows below step 0, so that its chunk reads
+never start below row 0.
 
 With `checkpoints` set, linearizing delegates to `_checkpoint.py` instead (no
 bound needed, K carries kept, steps recomputed).
 
 Both are `functional_while_p`, so forward mode, batching and further
-differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. They
-choose their own unrolling (see `whilst.lowering.unroll_factor`): a `unroll`
-given to `while_loop` applies to the loop as written.
+differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. A
+`unroll` given to `while_loop` applies to the loop as written and to (a).
 
 Residual choice: only what `body_linear` reads is kept; residuals computed from
 loop constants alone are hoisted out of the loop and computed once; constants
 (pass-through carries become constants, see `functional_while`) are passed as
 they are; everything else is stacked, one row per step, in buffers preallocated
-to `static_bound` rows (see `_stack_avals`), left uninitialized.
+to `static_bound` rows (see `_stacks.stack_avals`), left uninitialized.
 """
 from __future__ import annotations
 
@@ -48,39 +53,17 @@ from jax import lax
 from jax._src import core, dispatch
 from jax._src.ad_util import Zero
 from jax._src.interpreters import ad, batching
-from jax._src.lax import slicing
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 from jax._src.util import merge_lists, partition_list, split_list
 
-from whilst.ir._buffers import ZeroStarted, uninitialized
+from whilst.ir._buffers import ZeroStarted
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
     COUNTER_AVAL, functional_while, functional_while_p, split_operands)
+from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
-
-
-# Stacks are indexed with the primitives themselves: `0 <= index < len(stack)`
-# holds by construction, and lax.dynamic_slice's wrapping of negative indices
-# (a select on the index) costs IREE a device round trip per step.
-
-def _row_index(index, ndim):
-    zero = lax.full((), 0, np.int32)
-    return (index, *[zero] * (ndim - 1))
-
-
-def _read_rows(stacks, index):
-    """`[s[index] for s in stacks]`."""
-    return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
-                                         slice_sizes=(1, *s.shape[1:]))[0]
-            for s in stacks]
-
-
-def _write_rows(stacks, rows, index):
-    """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
-                                                *_row_index(index, s.ndim))
-            for s, r in zip(stacks, rows)]
+from whilst.ir._unroll import unroll_factor
 
 
 # ----------------------------------------------------------- the linear While
@@ -90,20 +73,23 @@ linear_while_p.multiple_results = True
 
 
 def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dconsts,
-                        static_bound, name):
+                        static_bound, name, row_offset, unroll):
     """`linear_while_p` as a `functional_while_p` (role "linear")::
 
         for i in range(n):
-            dcarry = body(*invariants, *[s[i] for s in stacks], *dconsts, *dcarry)
+            dcarry = body(*invariants, *[s[row_offset + i] for s in stacks], *dconsts,
+                          *dcarry)
         return dcarry
-    """
+
+    `unroll` is the gradient While's (its transpose)."""
+    del unroll
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
     nconsts = n_invariants + n_stacks + n_dconsts
 
     def body(*args):
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
-        return call(body_jaxpr, *inv, *_read_rows(stk, i), *dc, *dx)
+        return call(body_jaxpr, *inv, *read_rows(stk, i + row_offset), *dc, *dx)
 
     const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
     carry_avals = [core.typeof(x) for x in dcarry]
@@ -137,7 +123,7 @@ batching.primitive_batchers[linear_while_p] = _linear_while_batch
 
 
 def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
-                            n_dconsts, static_bound, name):
+                            n_dconsts, static_bound, name, row_offset, unroll):
     """The gradient While: replay the stored steps backwards (see the module docstring)."""
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -156,11 +142,10 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     nkd, ngiven = len(known_dconsts), len(ct_given)
 
     def body(*args):
-        (last,), inv, stk, kd, (k,), given, started = split_list(
-            args, [1, n_invariants, n_stacks, nkd, 1, ngiven])
+        inv, kd, rows, (_,), given, started = split_list(
+            args, [n_invariants, nkd, n_stacks, 1, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [sum(zero_ct)])
         ct_x = merge_lists(zero_ct, given, zero_started)
-        rows = _read_rows(stk, last - k)
         kd_iter = iter(kd)
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
@@ -174,15 +159,19 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         new_given, new_zero_started = partition_list(zero_ct, ct_dx)
         return [*new_given, *zeros.update(started, [*new_zero_started, *new_acc])]
 
-    consts = [n - 1, *invariants, *stacks, *known_dconsts]
-    const_avals = [core.typeof(x) for x in consts]
+    # The gradient While pops row `top - k` of each stack at step k.
+    consts = [*invariants, *known_dconsts]
+    popped = [n - 1 + row_offset, *stacks] if stacks else []
+    in_avals = [*[core.typeof(x) for x in consts], *[core.typeof(s).update(shape=s.shape[1:])
+                                                     for s in stacks]]
     carry_avals = [*[core.typeof(c) for c in ct_given], *zeros.avals]
-    grad_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+    grad_body = trace_closed(body, [*in_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
-        [], consts, n, [*ct_given, *zeros.initial()],
+        [], [*consts, *popped], n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
-        static_bound=static_bound, name=name, role="gradient")
+        static_bound=static_bound, name=name, role="gradient", unroll=unroll,
+        pops=len(stacks), pop_pad=row_offset)
     given_out, started_out = split_list(outs, [ngiven])
     zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
     ct_dx_out = merge_lists(zero_ct, given_out, zero_started_out)
@@ -196,18 +185,28 @@ ad.primitive_transposes[linear_while_p] = _transpose_linear_while
 
 # ------------------------------------------------- linearizing the functional While
 
-def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                    body_nconsts, static_bound, name, role, accumulators, unroll,
-                    checkpoints):
-    if checkpoints is not None:
-        return checkpointed_linearize(
-            nzs, *primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-            cond_nconsts=cond_nconsts, body_nconsts=body_nconsts, static_bound=static_bound,
-            name=name, role=role, accumulators=accumulators, unroll=unroll,
-            checkpoints=checkpoints)
+def _linearize_rule(is_vjp, nzs, *primals, **params):
+    """Reverse mode of a loop: stored residuals, or checkpoints when it has
+    `checkpoints`; a loop that pushes or pops itself (higher order) through its
+    `explicit_form`."""
+    if StackParams.of(params).any:
+        operands, params = explicit_form(primals, params)
+        new_stacks = operands[len(primals):]
+        out, out_nz, residuals, linearized = _linearize_rule(
+            is_vjp, [*nzs, *[False] * len(new_stacks)], *operands, **params)
+        stack_zeros = [Zero(core.typeof(s).to_tangent_aval()) for s in new_stacks]
+        return out, out_nz, residuals, lambda res, *t: linearized(res, *t, *stack_zeros)
+    params = {k: v for k, v in params.items() if k not in NO_STACKS}
+    if params["checkpoints"] is not None:
+        return checkpointed_linearize(nzs, *primals, **params)
+    return _stored_linearize(is_vjp, nzs, *primals, **params)
+
+
+def _stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                      body_nconsts, static_bound, name, role, unroll, checkpoints):
+    del checkpoints
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
-    del unroll  # the loops below choose their own (see the module docstring)
     if static_bound is None:
         raise unbounded_reverse_mode_error(name)
 
@@ -247,33 +246,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     row_avals = primal_jaxpr.out_avals[ncarry:]
     assert len(row_avals) == n_rows
 
-    # (a) the primal While with accumulators.
-    stack_avals = _stack_avals(row_avals, static_bound)
-    nh = len(hoisted_consts)
-
-    def forward_body(*args):
-        consts, (i,), xs, stacks = split_list(args, [nh, 1, ncarry])
-        outs = call(primal_jaxpr, *consts, i, *xs)
-        new_xs, rows = split_list(outs, [ncarry])
-        return [*new_xs, *_write_rows(stacks, rows, i)]
-
     carry_avals = body_jaxpr.in_avals[first_carry:]
-    fwd_body = trace_closed(forward_body, [*[core.typeof(c) for c in hoisted_consts],
-                                           COUNTER_AVAL, *carry_avals, *stack_avals],
-                            "forward_with_accumulators_body")
-
-    def forward_cond(*args):
-        consts, (i,), xs, _ = split_list(args, [cond_nconsts, 1, ncarry])
-        return call(cond_jaxpr, *consts, i, *xs)
-
-    fwd_cond = trace_closed(forward_cond, [*cond_jaxpr.in_avals, *stack_avals],
-                            "forward_with_accumulators_cond")
-    stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals]
-    n, *outs = functional_while(
-        cond_consts, hoisted_consts, bound, [*carry, *stacks0],
-        cond_jaxpr=fwd_cond, body_jaxpr=fwd_body, static_bound=static_bound,
-        name=name, role=role, accumulators=accumulators + n_rows)
-    carry_out, stacks = split_list(outs, [ncarry])
 
     # (b) the linear While, with its body taking [invariants, rows, dconsts, dcarry].
     n_inv = len(invariants)
@@ -293,6 +266,17 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     lin_body = trace_closed(linear_body, [*inv_avals, *row_avals, *dconst_avals,
                                           *dcarry_avals], "linear_while_body")
+
+    # (a) the primal While, pushing the residual rows of each step.
+    grad_unroll = unroll_factor(always_true([]), lin_body, None)
+    fwd_unroll = unroll_factor(cond_jaxpr, primal_jaxpr, unroll)
+    pad = grad_unroll - 1
+    n, *outs = functional_while(
+        cond_consts, hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
+        body_jaxpr=primal_jaxpr, static_bound=static_bound, name=name, role=role,
+        unroll=fwd_unroll, accumulators=n_rows,
+        stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
+    carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
 
     def linearized(residuals, *tangents):
@@ -302,26 +286,14 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out = linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=lin_body, n_invariants=n_inv,
-            n_stacks=n_rows, n_dconsts=n_dconsts, static_bound=static_bound, name=name)
+            n_stacks=n_rows, n_dconsts=n_dconsts, static_bound=static_bound, name=name,
+            row_offset=pad, unroll=grad_unroll)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
         return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
 
     return [n, *carry_out], [False, *carry_nz], [n, *invariants, *stacks], linearized
-
-
-def _stack_avals(row_avals, static_bound):
-    """One `[rows, *row.shape]` stack per residual. A zero-trip loop still needs a
-    row; the j-th stack of rows of one shape and dtype gets j spare rows, so every
-    stack of a loop has a type of its own (see `uninitialized`)."""
-    seen = {}
-    avals = []
-    for a in row_avals:
-        key = (tuple(a.shape), np.dtype(a.dtype))
-        spare = seen[key] = seen.get(key, -1) + 1
-        avals.append(core.ShapedArray((max(static_bound, 1) + spare, *a.shape), a.dtype))
-    return avals
 
 
 def _hoisted_flags(in_fwd_res, which_hoisted):

@@ -9,7 +9,7 @@ Each `stablehlo.while` iteration runs up to k loop steps (unrolling), which
 amortises IREE's per-iteration host cost (about 2 us). With k steps the emitted
 loop is, as plain Python::
 
-    i, go = 0, 0 < bound and cond(0, x)
+    i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:
         x = body(i, x); steps = 1           # the step the loop test admitted
         for s in range(1, k):               # predicated steps, no branches
@@ -17,12 +17,22 @@ loop is, as plain Python::
             x = body(i + s, x) if p else x  # an elementwise `select`
             steps += p
         i += k
+        count += steps
         go = steps == k and i < bound and cond(i, x)
-    return i - k + steps, x
+    return count, x
 
 so the counter, the carry and the gradients are those of k = 1 for every trip
 count, and the index a step sees is `i + s`, computed from the carried `i`
 without reading anything back from the device. k comes from `unroll_factor`.
+(`count` is carried, and read by the body, rather than recomputed from the
+last iteration's `steps`: iree-compile 3.13 crashes (ScfWhileOpConversion)
+when a result the body overwrites without reading is used after the loop.)
+
+Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
+k steps push are concatenated into one `[k, *row]` chunk written with one
+`dynamic_update_slice` at `row_offset + i`, and the rows they pop are static
+slices of one chunk read at `top - i - (k-1)`. Rows of inactive steps land past
+the loop's last row, where nothing reads them.
 
 A cond that reads the carry is evaluated at the end of the body and carried as
 a boolean (the cond region only returns it): IREE 3.13 crashes
@@ -38,98 +48,18 @@ from jax._src import core
 from jax._src.interpreters import mlir, partial_eval as pe
 from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import hlo
+from jax._src.util import split_list
 
 from whilst.ir import (checkpointed_linear_while_p, expand_checkpointed_linear_while,
                        expand_linear_while, functional_while_p, linear_while_p,
                        split_operands, uninitialized_p)
+from whilst.ir._stacks import pushed_rows, split_pops
+from whilst.ir._unroll import unroll_factor
 
 UNINITIALIZED_ATTR = "whilst.uninitialized"
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
-MAX_UNROLL = 64
-WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
-LARGE_CARRY_BYTES = 64 * 1024
-# Unrolled bodies that index at a computed position fail in iree-compile 3.13:
-# writes segfault or leave unresolved materializations; reads (an unrolled
-# gradient While) compile for some programs, 2x faster, and fail with "failed to
-# solve for timepoint coverage" for others (the Newton sample's jacrev).
-DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather", "scatter",
-                              "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
-                              "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
-
-
-def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
-    """Loop steps per `stablehlo.while` iteration: `unroll` if given, else automatic.
-
-    Automatic: 1 for bodies with effects (an inactive step would run them),
-    with a carry over 64 KiB (the predicated steps select whole carries), or
-    with a read or write at a computed index (pushes and pops of residual
-    stacks included: iree-compile 3.13 crashes or fails on such bodies
-    unrolled, see `DYNAMIC_INDEXING`); otherwise as many steps as fit in about 16384 elements of work, at most 64
-    (tiny bodies unroll more).
-    """
-    if unroll is not None:
-        return unroll
-    if cond_jaxpr.effects or body_jaxpr.effects:
-        return 1
-    if _indexes_at_computed_position(body_jaxpr.jaxpr):
-        return 1
-    if not all(core.is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
-               for v in _all_vars(j.jaxpr)):
-        return 1  # symbolic shapes: sizes unknown
-    if any(_nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
-        return 1
-    work = _work(body_jaxpr.jaxpr) + _work(cond_jaxpr.jaxpr)
-    return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
-
-
-def _all_vars(jaxpr: core.Jaxpr):
-    yield from jaxpr.invars
-    for eqn in jaxpr.eqns:
-        yield from eqn.outvars
-        for sub in core.jaxprs_in_params(eqn.params):
-            yield from _all_vars(sub)
-
-
-def _indexes_at_computed_position(jaxpr: core.Jaxpr) -> bool:
-    """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
-    for eqn in jaxpr.eqns:
-        first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
-        if eqn.primitive.name in DYNAMIC_INDEXING and not all(
-                isinstance(v, core.Literal) for v in eqn.invars[first_index:]):
-            return True
-        if any(map(_indexes_at_computed_position, core.jaxprs_in_params(eqn.params))):
-            return True
-    return False
-
-
-def _nbytes(aval) -> int:
-    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-
-
-def _work(jaxpr: core.Jaxpr) -> int:
-    """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
-    a nested loop counts as a full iteration's budget."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is functional_while_p:
-            return WORK_PER_ITERATION
-        subs = list(core.jaxprs_in_params(eqn.params))
-        if subs:
-            total += sum(map(_work, subs))
-            continue
-        out = sum(int(np.prod(v.aval.shape, dtype=np.int64)) for v in eqn.outvars)
-        if eqn.primitive.name == "dynamic_update_slice":  # in place: the update's size
-            out = int(np.prod(eqn.invars[1].aval.shape, dtype=np.int64))
-        if eqn.primitive.name == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs_shape = eqn.invars[0].aval.shape
-            out *= int(np.prod([lhs_shape[d] for d in contract], dtype=np.int64))
-        total += out
-    return total
-
-
 def _subcomp(ctx, jaxpr: core.ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
         ctx.module_context, jaxpr.jaxpr, name_stack, mlir.TokenSet(),
@@ -140,14 +70,22 @@ def _subcomp(ctx, jaxpr: core.ClosedJaxpr, name_stack, *args):
 
 
 def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                               body_nconsts, static_bound, name, role, accumulators,
-                               unroll, checkpoints):
-    del static_bound, accumulators, checkpoints
+                               body_nconsts, static_bound, name, role, unroll, checkpoints,
+                               accumulators, stack_rows, row_offset, pops, pop_pad):
+    del checkpoints
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
+    consts, top, popped = split_pops(body_consts, pops)
+    ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+    if pops:
+        k = min(k, pop_pad + 1)  # chunk reads must not start below row 0
+    assert not accumulators or pushed_rows(static_bound, k, row_offset) <= stack_rows, (
+        "stacks too short for the unrolled pushes")
     i32 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.int32))
     i1 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.bool_))
+    stack_avals = ctx.avals_out[1 + ncarry:]
+    pop_avals = ctx.avals_in[cond_nconsts + body_nconsts - pops:][:pops]
 
     def const(value):
         return mlir.ir_constant(np.int32(value))
@@ -158,19 +96,21 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         (pred,) = _subcomp(ctx, cond_jaxpr, name_stack.extend("cond"), *cond_consts, i, *xs)
         return hlo.and_(in_bound, pred)
 
-    def step(i, xs):
-        return _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *body_consts, i, *xs)
+    def step(i, xs, rows_in):
+        outs = _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *consts, *rows_in, i, *xs)
+        return outs[:ncarry], outs[ncarry:]
 
-    # Carried: (i, [pred, steps], *carry). With k > 1, i advances by k (so row
-    # indices stay host-computable) and `steps` counts the steps the last
-    # iteration took; the loop only goes on after an iteration of k steps.
+    # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
+    # row indices stay host-computable) and `count` counts the steps taken; the
+    # loop only goes on after an iteration of k steps.
     rotated = k > 1 or _reads_carry(cond_jaxpr, cond_nconsts)
     extra_types = ([i1] if rotated else []) + ([i32] if k > 1 else [])
     types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     loop_types = [types[0], *extra_types, *types[1:]]
     extra_init = ([predicate(const(0), carry)] if rotated else []) + (
-        [const(k)] if k > 1 else [])
-    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *carry])
+        [const(0)] if k > 1 else [])
+    stacks0 = [_uninitialized(ctx, a) for a in stack_avals]
+    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *carry, *stacks0])
     while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
     while_op.attributes[NAME_ATTR] = ir.StringAttr.get(name)
     while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
@@ -178,21 +118,33 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     cond_block = while_op.regions[0].blocks.append(*loop_types)
     with ir.InsertionPoint(cond_block):
         i, *xs = cond_block.arguments
-        hlo.return_([xs[0] if rotated else predicate(i, xs)])
+        hlo.return_([xs[0] if rotated else predicate(i, xs[:ncarry])])
 
     body_block = while_op.regions[1].blocks.append(*loop_types)
     with ir.InsertionPoint(body_block):
         i, *xs = body_block.arguments
-        old_xs = xs = xs[len(extra_types):]
-        xs = step(i, xs)
+        xs, stacks = split_list(xs[len(extra_types):], [ncarry])
+        old_xs = xs
+        if pops:  # rows top - i - s for s in range(k): one chunk, read backwards
+            start = hlo.subtract(top, hlo.add(i, const(k - 1)))
+            chunks = [_rows_chunk(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
+        rows_in = lambda s: [_chunk_row(ctx, c, a, k - 1 - s) for c, a in zip(  # noqa: E731
+            chunks, pop_avals)] if pops else []
+        xs, rows = step(i, xs, rows_in(0))
+        pushed = [[r] for r in rows]
         steps = const(1)
         for s in range(1, k):
             index = hlo.add(i, const(s))
             active = predicate(index, xs)
-            new = step(index, xs)
+            new, rows = step(index, xs, rows_in(s))
             xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
+            for chunk, r in zip(pushed, rows):
+                chunk.append(r)
             steps = hlo.add(steps, hlo.convert(i32, active))
-        xs = _read_every_carry(body_jaxpr, body_nconsts, old_xs, xs)
+        xs = _read_every_carry(body_jaxpr, len(consts) + pops, old_xs, xs)
+        at = hlo.add(i, const(row_offset))
+        stacks = [_write_chunk(ctx, st, a, rs, at) for st, a, rs in zip(stacks, stack_avals,
+                                                                         pushed)]
         new_i = hlo.add(i, const(k))
         extra = []
         if rotated:
@@ -203,12 +155,44 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                 pred = hlo.and_(pred, full)
             extra.append(pred)
         if k > 1:
-            extra.append(steps)
-        hlo.return_([new_i, *extra, *xs])
+            extra.append(hlo.add(body_block.arguments[len(extra_types)], steps))
+        hlo.return_([new_i, *extra, *xs, *stacks])
     i, *results = while_op.results
     if k > 1:
-        i = hlo.add(hlo.subtract(i, const(k)), results[1])
+        i = results[len(extra_types) - 1]
     return [i, *results[len(extra_types):]]
+
+
+def _row_start(ctx, row, ndim):
+    zero = mlir.ir_constant(np.int32(0))
+    return [row, *[zero] * (ndim - 1)]
+
+
+def _rows_chunk(ctx, stack, stack_aval, start, k):
+    """`stack[start:start + k]`."""
+    aval = stack_aval.update(shape=(k, *stack_aval.shape[1:]))
+    return mlir.dynamic_slice(ctx, aval, stack,
+                              start_indices=_row_start(ctx, start, stack_aval.ndim))
+
+
+def _chunk_row(ctx, chunk, stack_aval, s):
+    """`chunk[s]` (a static slice)."""
+    row_aval = stack_aval.update(shape=stack_aval.shape[1:])
+    one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
+    zeros = [0] * (stack_aval.ndim - 1)
+    one = mlir.slice_op(ctx, chunk, one_aval, start_indices=[s, *zeros],
+                        limit_indices=[s + 1, *stack_aval.shape[1:]],
+                        strides=[1] * stack_aval.ndim)
+    return mlir.reshape(ctx, one, row_aval)
+
+
+def _write_chunk(ctx, stack, stack_aval, rows, at):
+    """`stack[at:at + len(rows)] = rows`, one `dynamic_update_slice`."""
+    one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
+    rows = [mlir.reshape(ctx, r, one_aval) for r in rows]
+    chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
+    return mlir.dynamic_update_slice(ctx, stack_aval, stack, chunk,
+                                     start_indices=_row_start(ctx, at, stack_aval.ndim))
 
 
 def _broadcast(pred, like_type):
@@ -228,7 +212,7 @@ def _reads_carry(cond_jaxpr, cond_nconsts) -> bool:
     return any(used[cond_nconsts + 1:])
 
 
-def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
+def _read_every_carry(body_jaxpr, n_inputs_before_counter, xs, new_xs):
     """Make the emitted body read each carry that `body` overwrites without reading:
     `new if opaque_zero == 0 else old`, with `opaque_zero` hidden from folding
     by an optimization barrier.
@@ -237,7 +221,7 @@ def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
     body never reads, once the cond tests it (e.g. a residual norm recomputed
     from scratch every step)."""
     _, used = pe.dce_jaxpr(body_jaxpr.jaxpr, [True] * len(body_jaxpr.out_avals))
-    unread = [not u for u in used[body_nconsts + 1:]]
+    unread = [not u for u in used[n_inputs_before_counter + 1:]]
     if not any(unread):
         return new_xs
     zero = mlir.ir_constant(np.int32(0))
@@ -248,13 +232,17 @@ def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
             for u, new, old in zip(unread, new_xs, xs)]
 
 
-def _uninitialized_lowering(ctx, *, shape, dtype):
+def _uninitialized(ctx, aval):
     """Zeros, tagged so that the IREE preparation can make them `tensor.empty`."""
-    (aval,) = ctx.avals_out
-    out = mlir.broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), dtype)), aval,
+    out = mlir.broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), aval.dtype)), aval,
                                 broadcast_dimensions=[])
     out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
-    return [out]
+    return out
+
+
+def _uninitialized_lowering(ctx, *, shape, dtype):
+    (aval,) = ctx.avals_out
+    return [_uninitialized(ctx, aval)]
 
 
 mlir.register_lowering(functional_while_p, _functional_while_lowering)

@@ -1,0 +1,155 @@
+"""Residual stacks owned by the functional While: row pushes and row pops.
+
+A functional While may push rows (its body returns them after the carry; the
+loop's results end with their stacks) and pop rows (stacks passed as its last
+body operands, after `top`; the body receives one row of each per step)::
+
+    stacks = [empty((stack_rows + spare_j, *row.shape)) for each pushed row j]
+    i = 0
+    while i < bound and cond(*cond_consts, i, *carry):
+        rows_in = [p[top - i] for p in popped]
+        carry, rows_out = body(*consts, *rows_in, i, *carry)
+        for s, r in zip(stacks, rows_out):
+            s[row_offset + i] = r
+        i += 1
+    return (i, *carry, *stacks)
+
+Because the loop, not its body, does the indexing, the lowering can unroll k
+steps and move k rows at once: one `dynamic_update_slice` of a k-row chunk per
+emitted iteration for pushes, one `dynamic_slice` of a k-row chunk for pops
+(rows `top - i - (k-1) .. top - i`, so `pop_pad >= k - 1` rows must lie below
+the row of step 0). Unrolled bodies that index at a computed position, by
+contrast, fail in iree-compile 3.13.
+
+`explicit_form` rewrites such a loop into the equivalent one whose body
+indexes the stacks itself (stacks as carries); the rules that have no
+stack-aware version (jvp, linearize, batching with per-lane pops) use it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from jax import lax
+from jax._src import core
+from jax._src.lax import slicing
+from jax._src.util import split_list
+
+from whilst.ir._buffers import uninitialized
+from whilst.ir._tracing import call, trace_closed
+
+COUNTER_AVAL = core.ShapedArray((), np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class StackParams:
+    """The stack parameters of a functional While (all 0 for a plain loop)."""
+    accumulators: int = 0  # rows pushed per step
+    stack_rows: int = 0    # rows of each pushed stack, before spare rows
+    row_offset: int = 0    # the stack row that step 0 pushes
+    pops: int = 0          # stacks popped, one row each per step
+    pop_pad: int = 0       # rows of each popped stack below the row of the last step
+
+    @classmethod
+    def of(cls, params: dict) -> "StackParams":
+        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})
+
+    def as_params(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.accumulators or self.pops)
+
+
+NO_STACKS = StackParams().as_params()
+
+
+def stack_avals(row_avals, rows: int):
+    """One `[rows + spare, *row.shape]` stack per pushed row. The j-th stack of rows of
+    one shape and dtype gets j spare rows, so every stack of a loop has a type of its
+    own (IREE 3.13 gives two loop carries that start equal one buffer; see
+    `whilst.ir._buffers.uninitialized`)."""
+    seen = {}
+    avals = []
+    for a in row_avals:
+        key = (tuple(a.shape), np.dtype(a.dtype))
+        spare = seen[key] = seen.get(key, -1) + 1
+        avals.append(core.ShapedArray((rows + spare, *a.shape), a.dtype))
+    return avals
+
+
+def pushed_rows(static_bound: int, unroll: int, pad: int) -> int:
+    """Stack rows for pushes of up to `static_bound` steps, `unroll` rows written per
+    emitted iteration (the last chunk may run past the bound), after `pad` rows."""
+    return pad + -(-max(static_bound, 1) // unroll) * unroll
+
+
+# Stacks are indexed with the primitives themselves: `0 <= index < len(stack)`
+# holds by construction, and lax.dynamic_slice's wrapping of negative indices
+# (a select on the index) costs IREE a device round trip per step.
+
+def _row_index(index, ndim):
+    zero = lax.full((), 0, np.int32)
+    return (index, *[zero] * (ndim - 1))
+
+
+def read_rows(stacks, index):
+    """`[s[index] for s in stacks]`."""
+    return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
+                                         slice_sizes=(1, *s.shape[1:]))[0]
+            for s in stacks]
+
+
+def write_rows(stacks, rows, index):
+    """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
+    return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
+                                                *_row_index(index, s.ndim))
+            for s, r in zip(stacks, rows)]
+
+
+def split_pops(body_consts, pops: int):
+    """`body_consts -> (consts, top, popped)`; `top` is None without pops."""
+    if not pops:
+        return list(body_consts), None, []
+    consts, (top,), popped = split_list(list(body_consts), [len(body_consts) - 1 - pops, 1])
+    return consts, top, popped
+
+
+def explicit_form(operands, params: dict):
+    """`(operands, params)` of the equivalent functional While with no stack
+    parameters: pushed stacks become trailing carries (starting uninitialized)
+    written by the body, popped stacks constants read by the body. The results
+    are the same list: `[i, *carry, *stacks]`."""
+    sp = StackParams.of(params)
+    cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
+    ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
+    cond_consts, body_consts, (bound,), carry = split_list(list(operands), [ncc, nbc, 1])
+    consts, top, popped = split_pops(body_consts, sp.pops)
+    ncarry, nconsts = len(carry), len(consts)
+    row_avals = body_jaxpr.out_avals[ncarry:]
+    stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals(row_avals, sp.stack_rows)]
+
+    def body(*args):
+        cs, tops, pops_, (i,), xs, stacks = split_list(
+            args, [nconsts, len(tops_in), sp.pops, 1, ncarry])
+        rows_in = read_rows(pops_, tops[0] - i) if sp.pops else []
+        outs = call(body_jaxpr, *cs, *rows_in, i, *xs)
+        new_xs, rows_out = split_list(outs, [ncarry])
+        return [*new_xs, *write_rows(stacks, rows_out, i + sp.row_offset)]
+
+    def cond(*args):
+        cs, (i,), xs, _ = split_list(args, [ncc, 1, ncarry])
+        return call(cond_jaxpr, *cs, i, *xs)
+
+    tops_in = [] if top is None else [top]
+    new_consts = [*consts, *tops_in, *popped]
+    const_avals = [core.typeof(x) for x in new_consts]
+    carry_avals = [core.typeof(x) for x in [*carry, *stacks0]]
+    new_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                            "functional_while_explicit_body")
+    new_cond = trace_closed(cond, [*cond_jaxpr.in_avals, *carry_avals[ncarry:]],
+                            "functional_while_explicit_cond")
+    new_params = dict(params, cond_jaxpr=new_cond, body_jaxpr=new_body,
+                      body_nconsts=len(new_consts), unroll=None, **NO_STACKS)
+    return [*cond_consts, *new_consts, bound, *carry, *stacks0], new_params

@@ -1,0 +1,96 @@
+"""How many loop steps each emitted `stablehlo.while` iteration runs (unrolling).
+
+IREE pays about 2 us of host work per loop iteration, so small bodies run k
+steps per iteration (see `whilst.ir._while_lowering` for the emitted form).
+Reverse mode fixes the factors of the loops it creates when it builds them,
+because they decide how its residual stacks are laid out (`_reverse.py`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax._src import core
+
+from whilst.ir._functional_while import functional_while_p
+
+MAX_UNROLL = 64
+WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
+LARGE_CARRY_BYTES = 64 * 1024
+# Unrolled bodies that index at a computed position fail in iree-compile 3.13:
+# writes segfault or leave unresolved materializations; reads compile for some
+# programs and fail with "failed to solve for timepoint coverage" for others.
+# Residual stacks are pushed and popped by the loop itself (`_stacks.py`), so
+# they do not count here.
+DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather", "scatter",
+                              "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
+                              "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
+
+
+def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
+    """Loop steps per `stablehlo.while` iteration: `unroll` if given, else automatic.
+
+    Automatic: 1 for bodies with effects (an inactive step would run them),
+    with a carry over 64 KiB (the predicated steps select whole carries), or
+    with a read or write at a computed index (iree-compile 3.13 crashes or
+    fails on such bodies unrolled, see `DYNAMIC_INDEXING`); otherwise as many
+    steps as fit in about 16384 elements of work, at most 64 (tiny bodies
+    unroll more).
+    """
+    if unroll is not None:
+        return unroll
+    if cond_jaxpr.effects or body_jaxpr.effects:
+        return 1
+    if _indexes_at_computed_position(body_jaxpr.jaxpr):
+        return 1
+    if not all(core.is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
+               for v in _all_vars(j.jaxpr)):
+        return 1  # symbolic shapes: sizes unknown
+    if any(_nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
+        return 1
+    work = _work(body_jaxpr.jaxpr) + _work(cond_jaxpr.jaxpr)
+    return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
+
+
+def _all_vars(jaxpr: core.Jaxpr):
+    yield from jaxpr.invars
+    for eqn in jaxpr.eqns:
+        yield from eqn.outvars
+        for sub in core.jaxprs_in_params(eqn.params):
+            yield from _all_vars(sub)
+
+
+def _indexes_at_computed_position(jaxpr: core.Jaxpr) -> bool:
+    """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
+    for eqn in jaxpr.eqns:
+        first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
+        if eqn.primitive.name in DYNAMIC_INDEXING and not all(
+                isinstance(v, core.Literal) for v in eqn.invars[first_index:]):
+            return True
+        if any(map(_indexes_at_computed_position, core.jaxprs_in_params(eqn.params))):
+            return True
+    return False
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+def _work(jaxpr: core.Jaxpr) -> int:
+    """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
+    a nested loop counts as a full iteration's budget."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is functional_while_p:
+            return WORK_PER_ITERATION
+        subs = list(core.jaxprs_in_params(eqn.params))
+        if subs:
+            total += sum(map(_work, subs))
+            continue
+        out = sum(int(np.prod(v.aval.shape, dtype=np.int64)) for v in eqn.outvars)
+        if eqn.primitive.name == "dynamic_update_slice":  # in place: the update's size
+            out = int(np.prod(eqn.invars[1].aval.shape, dtype=np.int64))
+        if eqn.primitive.name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs_shape = eqn.invars[0].aval.shape
+            out *= int(np.prod([lhs_shape[d] for d in contract], dtype=np.int64))
+        total += out
+    return total
