@@ -26,12 +26,12 @@ Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
         ct_consts += ct_step
     return ct_consts, ct_carry
 
-With `checkpoints` set, linearizing delegates to `_checkpoint.py` instead (no
-bound needed, K carries kept, steps recomputed).
+With `checkpoints` set, `_checkpoint.py` linearizes instead (no bound needed,
+K carries kept, steps recomputed); `_linearize.py` chooses.
 
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. They
-choose their own unrolling (see `whilst.lowering.unroll_factor`): a `unroll`
+choose their own unrolling (see `whilst.ir.unroll_factor`): a `unroll`
 given to `while_loop` applies to the loop as written.
 
 Residual choice: only what `body_linear` reads is kept; residuals computed from
@@ -45,18 +45,19 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax import lax
-from jax._src import core, dispatch
-from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching
-from jax._src.lax import slicing
-from jax._src.lax.control_flow.loops import _scan_known_hoisting
-from jax._src.util import merge_lists, partition_list, split_list
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.interpreters.ad import Zero
+
+from whilst._jax_compat import (
+    apply_primitive, backward_pass, linearize_jaxpr, merge_lists, partition_list,
+    scan_known_hoisting, split_list)
 
 from whilst.ir._buffers import ZeroStarted, uninitialized
-from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, functional_while, functional_while_p, split_operands)
+    COUNTER_AVAL, functional_while, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
 
 
@@ -71,21 +72,21 @@ def _row_index(index, ndim):
 
 def _read_rows(stacks, index):
     """`[s[index] for s in stacks]`."""
-    return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
+    return [lax.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
                                          slice_sizes=(1, *s.shape[1:]))[0]
             for s in stacks]
 
 
 def _write_rows(stacks, rows, index):
     """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
+    return [lax.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
                                                 *_row_index(index, s.ndim))
             for s, r in zip(stacks, rows)]
 
 
 # ----------------------------------------------------------- the linear While
 
-linear_while_p = core.Primitive("linear_while")
+linear_while_p = Primitive("linear_while")
 linear_while_p.multiple_results = True
 
 
@@ -105,8 +106,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
         return call(body_jaxpr, *inv, *_read_rows(stk, i), *dc, *dx)
 
-    const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
-    carry_avals = [core.typeof(x) for x in dcarry]
+    const_avals = [jax.typeof(x) for x in [*invariants, *stacks, *dconsts]]
+    carry_avals = [jax.typeof(x) for x in dcarry]
     body_jaxpr_ = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                "linear_while_body")
     _, *out = functional_while(
@@ -116,7 +117,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     return out
 
 
-linear_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+linear_while_p.def_impl(lambda *args, **params: apply_primitive(
     linear_while_p, *args, **params))
 linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
@@ -134,6 +135,8 @@ def _linear_while_batch(args, dims, **params):
 
 ad.primitive_jvps[linear_while_p] = _linear_while_jvp
 batching.primitive_batchers[linear_while_p] = _linear_while_batch
+mlir.register_lowering(linear_while_p,
+                       mlir.lower_fun(expand_linear_while, multiple_results=True))
 
 
 def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
@@ -144,7 +147,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     assert not ad.is_undefined_primal(n)
     assert not any(map(ad.is_undefined_primal, [*invariants, *stacks]))
     dconst_linear = [ad.is_undefined_primal(x) for x in dconsts]
-    dconst_avals = [x.aval if lin else core.typeof(x) for x, lin in zip(dconsts, dconst_linear)]
+    dconst_avals = [x.aval if lin else jax.typeof(x) for x, lin in zip(dconsts, dconst_linear)]
     dcarry_avals = [x.aval for x in dcarry]
     known_dconsts = [x for x, lin in zip(dconsts, dconst_linear) if not lin]
     acc_avals = [a for a, lin in zip(dconst_avals, dconst_linear) if lin]
@@ -165,7 +168,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
         dx_in = [ad.UndefinedPrimal(a) for a in dcarry_avals]
-        cts_in = ad.backward_pass(body_jaxpr.jaxpr, False, body_jaxpr.consts,
+        cts_in = backward_pass(body_jaxpr.jaxpr, False, body_jaxpr.consts,
                                   [*inv, *rows, *dc_in, *dx_in], ct_x)
         _, ct_dc, ct_dx = split_list(cts_in, [n_invariants + n_stacks, n_dconsts])
         ct_dc = [ct for ct, lin in zip(ct_dc, dconst_linear) if lin]
@@ -175,8 +178,8 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         return [*new_given, *zeros.update(started, [*new_zero_started, *new_acc])]
 
     consts = [n - 1, *invariants, *stacks, *known_dconsts]
-    const_avals = [core.typeof(x) for x in consts]
-    carry_avals = [*[core.typeof(c) for c in ct_given], *zeros.avals]
+    const_avals = [jax.typeof(x) for x in consts]
+    carry_avals = [*[jax.typeof(c) for c in ct_given], *zeros.avals]
     grad_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
@@ -196,15 +199,10 @@ ad.primitive_transposes[linear_while_p] = _transpose_linear_while
 
 # ------------------------------------------------- linearizing the functional While
 
-def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                    body_nconsts, static_bound, name, role, accumulators, unroll,
-                    checkpoints):
-    if checkpoints is not None:
-        return checkpointed_linearize(
-            nzs, *primals, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-            cond_nconsts=cond_nconsts, body_nconsts=body_nconsts, static_bound=static_bound,
-            name=name, role=role, accumulators=accumulators, unroll=unroll,
-            checkpoints=checkpoints)
+def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                     body_nconsts, static_bound, name, role, accumulators, unroll):
+    """The linearize rule of `functional_while_p` without `checkpoints` (see the
+    module docstring)."""
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     del unroll  # the loops below choose their own (see the module docstring)
@@ -217,7 +215,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     allow_fwds = [True] * (ninner + body_nconsts) + [False] * (1 + len(carry))
 
     for _ in range(len(carry) + 1):
-        primal_jaxpr, num_res, carry_nz_out, in_fwd_res, tangent_jaxpr = ad.linearize_jaxpr(
+        primal_jaxpr, num_res, carry_nz_out, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
             body_jaxpr, [*const_nz, False, *carry_nz], instantiate=carry_nz,
             allow_fwds=allow_fwds, is_vjp=is_vjp)
         if carry_nz_out == carry_nz:
@@ -225,7 +223,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
 
     # Hoist residuals that depend on loop constants only.
-    primal_jaxpr, hoisted_consts, which_hoisted, hoisted_res = _scan_known_hoisting(
+    primal_jaxpr, hoisted_consts, which_hoisted, hoisted_res = scan_known_hoisting(
         primal_jaxpr, list(body_consts), num_res)
 
     # Each residual is an invariant value or a row of a stack.
@@ -258,7 +256,7 @@ def _linearize_rule(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         return [*new_xs, *_write_rows(stacks, rows, i)]
 
     carry_avals = body_jaxpr.in_avals[first_carry:]
-    fwd_body = trace_closed(forward_body, [*[core.typeof(c) for c in hoisted_consts],
+    fwd_body = trace_closed(forward_body, [*[jax.typeof(c) for c in hoisted_consts],
                                            COUNTER_AVAL, *carry_avals, *stack_avals],
                             "forward_with_accumulators_body")
 
@@ -320,7 +318,7 @@ def _stack_avals(row_avals, static_bound):
     for a in row_avals:
         key = (tuple(a.shape), np.dtype(a.dtype))
         spare = seen[key] = seen.get(key, -1) + 1
-        avals.append(core.ShapedArray((max(static_bound, 1) + spare, *a.shape), a.dtype))
+        avals.append(ShapedArray((max(static_bound, 1) + spare, *a.shape), a.dtype))
     return avals
 
 
@@ -329,5 +327,3 @@ def _hoisted_flags(in_fwd_res, which_hoisted):
     it = iter(which_hoisted)
     return [False if f is not None else next(it) for f in in_fwd_res]
 
-
-ad.primitive_linearizations[functional_while_p] = _linearize_rule

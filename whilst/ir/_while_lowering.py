@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax._src import core
-from jax._src.interpreters import mlir, partial_eval as pe
-from jax._src.lib.mlir import ir
-from jax._src.lib.mlir.dialects import hlo
+from jax.core import ShapedArray
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import stablehlo as hlo
+from jax.interpreters import mlir, partial_eval as pe
 
-from whilst.ir import (checkpointed_linear_while_p, expand_checkpointed_linear_while,
-                       expand_linear_while, functional_while_p, linear_while_p,
-                       split_operands, uninitialized_p)
+from whilst._jax_compat import ir_consts, is_constant_shape
+from whilst.ir._functional_while import functional_while_p, split_operands
 
-UNINITIALIZED_ATTR = "whilst.uninitialized"
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
@@ -75,7 +74,7 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
         return 1
     if _indexes_at_computed_position(body_jaxpr.jaxpr):
         return 1
-    if not all(core.is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
+    if not all(is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
                for v in _all_vars(j.jaxpr)):
         return 1  # symbolic shapes: sizes unknown
     if any(_nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
@@ -84,22 +83,22 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
 
 
-def _all_vars(jaxpr: core.Jaxpr):
+def _all_vars(jaxpr: Jaxpr):
     yield from jaxpr.invars
     for eqn in jaxpr.eqns:
         yield from eqn.outvars
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             yield from _all_vars(sub)
 
 
-def _indexes_at_computed_position(jaxpr: core.Jaxpr) -> bool:
+def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
     """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
     for eqn in jaxpr.eqns:
         first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
         if eqn.primitive.name in DYNAMIC_INDEXING and not all(
-                isinstance(v, core.Literal) for v in eqn.invars[first_index:]):
+                isinstance(v, Literal) for v in eqn.invars[first_index:]):
             return True
-        if any(map(_indexes_at_computed_position, core.jaxprs_in_params(eqn.params))):
+        if any(map(_indexes_at_computed_position, jaxprs_in_params(eqn.params))):
             return True
     return False
 
@@ -108,14 +107,14 @@ def _nbytes(aval) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
-def _work(jaxpr: core.Jaxpr) -> int:
+def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
     a nested loop counts as a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive is functional_while_p:
             return WORK_PER_ITERATION
-        subs = list(core.jaxprs_in_params(eqn.params))
+        subs = list(jaxprs_in_params(eqn.params))
         if subs:
             total += sum(map(_work, subs))
             continue
@@ -130,10 +129,10 @@ def _work(jaxpr: core.Jaxpr) -> int:
     return total
 
 
-def _subcomp(ctx, jaxpr: core.ClosedJaxpr, name_stack, *args):
+def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
         ctx.module_context, jaxpr.jaxpr, name_stack, mlir.TokenSet(),
-        mlir.ir_consts(jaxpr.consts, [v.aval for v in jaxpr.jaxpr.constvars]),
+        ir_consts(jaxpr.consts, [v.aval for v in jaxpr.jaxpr.constvars]),
         *args, dim_var_values=ctx.dim_var_values, const_lowering=ctx.const_lowering,
         outer_traceback=ctx.traceback)
     return outs
@@ -146,8 +145,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     name_stack = ctx.name_stack.extend(name)
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
-    i32 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.int32))
-    i1 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.bool_))
+    i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
+    i1 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.bool_))
 
     def const(value):
         return mlir.ir_constant(np.int32(value))
@@ -248,18 +247,4 @@ def _read_every_carry(body_jaxpr, body_nconsts, xs, new_xs):
             for u, new, old in zip(unread, new_xs, xs)]
 
 
-def _uninitialized_lowering(ctx, *, shape, dtype):
-    """Zeros, tagged so that the IREE preparation can make them `tensor.empty`."""
-    (aval,) = ctx.avals_out
-    out = mlir.broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), dtype)), aval,
-                                broadcast_dimensions=[])
-    out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
-    return [out]
-
-
 mlir.register_lowering(functional_while_p, _functional_while_lowering)
-mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
-mlir.register_lowering(linear_while_p,
-                       mlir.lower_fun(expand_linear_while, multiple_results=True))
-mlir.register_lowering(checkpointed_linear_while_p,
-                       mlir.lower_fun(expand_checkpointed_linear_while, multiple_results=True))
