@@ -8,7 +8,7 @@ steps are kept for its gradient While::
 """
 from __future__ import annotations
 
-from whilst._jax_compat import primitive_linearizations
+from whilst._jax_compat import def_linearization
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._functional_while import functional_while_p
 from whilst.ir._reverse import stored_linearize
@@ -20,4 +20,4 @@ def _linearize_rule(is_vjp, nzs, *primals, checkpoints, **params):
     return checkpointed_linearize(nzs, *primals, checkpoints=checkpoints, **params)
 
 
-primitive_linearizations[functional_while_p] = _linearize_rule
+def_linearization(functional_while_p, _linearize_rule)
