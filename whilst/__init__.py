@@ -1,7 +1,7 @@
 """whilst: data-dependent loops that are differentiable and deployable.
 
 `while_loop` has the semantics of `tf.compat.v1.while_loop` with jax.numpy
-bodies; `export` and `compile` turn functions that use it into StableHLO and
+bodies, `whilst.lax.while_loop` / `fori_loop` those of `jax.lax`'s; `export` and `compile` turn functions that use it into StableHLO and
 IREE modules; `whilst.runtime.load` runs those modules without JAX.
 
 The public names are imported eagerly by plain import statements (so IDEs and
@@ -14,7 +14,7 @@ how to install the compiler.
 from whilst import runtime
 
 __all__ = ["CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
-           "residual_report", "runtime", "trace", "while_loop"]
+           "lax", "residual_report", "runtime", "trace", "while_loop"]
 
 try:
     import jax as _jax  # noqa: F401
@@ -27,6 +27,7 @@ except ImportError as _error:
                 f"pip install 'whilst[compile]'") from _error
         raise AttributeError(f"module 'whilst' has no attribute {name!r}")
 else:
+    from whilst import lax
     from whilst._compile import Compiled, compile
     from whilst.frontend import while_loop
     from whilst.ir import ResidualReport, residual_report, trace

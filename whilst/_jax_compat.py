@@ -29,6 +29,9 @@ from jax._src.interpreters.partial_eval import (
 # Lowering helpers for a sub-jaxpr's constants and a broadcast: not in
 # jax.interpreters.mlir.
 from jax._src.interpreters.mlir import broadcast_in_dim, ir_consts
+# A carry keeps its weak type when the body returns its dtype strongly typed (as
+# in jax.lax's loops): no public conversion that sets weak_type.
+from jax._src.lax.lax import _convert_element_type as convert_element_type
 # Debug info for jaxprs traced by rules (required by lu.wrap_init): no public builder.
 from jax._src.api_util import debug_info
 # Hoisting loop-invariant residuals, shared with lax.scan's partial evaluation:
@@ -38,7 +41,7 @@ from jax._src.lax.control_flow.loops import _scan_known_hoisting
 
 __all__ = [
     "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim", "close_jaxpr",
-    "convert_constvars_jaxpr", "debug_info", "def_linearization", "ir_consts",
+    "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
     "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
     "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
     "partition_list", "prune_closed_jaxpr_outputs", "scan_known_hoisting", "split_list",
