@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import whilst
-from whilst.lowering import unroll_factor
+from whilst.ir import unroll_factor
 
 UNROLLS = [1, 2, 3, 5, 8]
 

@@ -1,35 +1,34 @@
 """whilst: data-dependent loops that are differentiable and deployable.
 
 `while_loop` has the semantics of `tf.compat.v1.while_loop` with jax.numpy
-bodies; `export` and `compile` turn functions that use it into StableHLO and
+bodies, `whilst.lax.while_loop` / `fori_loop` those of `jax.lax`'s; `export` and `compile` turn functions that use it into StableHLO and
 IREE modules; `whilst.runtime.load` runs those modules without JAX.
 
-Everything but `whilst.runtime` is imported on first use of any of it (all
-together, so the lowering rules are registered once a loop can be built), so
-that `import whilst.runtime` (and `whilst run`) works where JAX is not installed.
+The public names are imported eagerly by plain import statements (so IDEs and
+type checkers see them), and importing them registers every rule of the
+primitives. Only where JAX cannot be imported (a runtime-only install) are
+they left out: `import whilst.runtime`, `whilst run` and `whilst inspect` then
+still work, and touching any other public name raises an ImportError that says
+how to install the compiler.
 """
-import importlib
-
 from whilst import runtime
 
-_LAZY = {
-    "Compiled": "whilst._compile", "compile": "whilst._compile",
-    "while_loop": "whilst.frontend",
-    "ResidualReport": "whilst.ir", "residual_report": "whilst.ir", "trace": "whilst.ir",
-    "CompileError": "whilst.lowering", "Exported": "whilst.lowering", "export": "whilst.lowering",
-}
-
 __all__ = ["CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
-           "residual_report", "runtime", "trace", "while_loop"]
+           "lax", "residual_report", "runtime", "trace", "while_loop"]
 
-
-def __getattr__(name):
-    if name not in _LAZY:
+try:
+    import jax as _jax  # noqa: F401
+except ImportError as _error:
+    def __getattr__(name, _error=_error):
+        if name in __all__:
+            raise ImportError(
+                f"whilst.{name} needs JAX, which could not be imported ({_error}); only "
+                f"whilst.runtime works without it. Install the compiler: "
+                f"pip install 'whilst[compile]'") from _error
         raise AttributeError(f"module 'whilst' has no attribute {name!r}")
-    for attr, module in _LAZY.items():
-        globals()[attr] = getattr(importlib.import_module(module), attr)
-    return globals()[name]
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+else:
+    from whilst import lax
+    from whilst._compile import Compiled, compile
+    from whilst.frontend import while_loop
+    from whilst.ir import ResidualReport, residual_report, trace
+    from whilst.lowering import CompileError, Exported, export

@@ -13,7 +13,7 @@ import dataclasses
 import html
 import textwrap
 
-from jax._src import core
+from jax.extend.core import Literal, jaxprs_in_params
 
 from whilst.ir import UNBOUNDED, functional_while_p
 
@@ -56,7 +56,7 @@ def _loops(jaxpr, parent=None):
             for sub in (eqn.params["cond_jaxpr"].jaxpr, eqn.params["body_jaxpr"].jaxpr):
                 out.extend(_loops(sub, eqn.params["name"]))
         else:
-            for sub in core.jaxprs_in_params(eqn.params):
+            for sub in jaxprs_in_params(eqn.params):
                 out.extend(_loops(sub, parent))
     return out
 
@@ -68,7 +68,7 @@ def _edges(jaxpr) -> dict[tuple[int, int], list[str]]:
     loops = [e for e in jaxpr.eqns if e.primitive is functional_while_p]
     edges: dict = {}
     for eqn in jaxpr.eqns:
-        ins = [v for v in eqn.invars if not isinstance(v, core.Literal)]
+        ins = [v for v in eqn.invars if not isinstance(v, Literal)]
         if eqn.primitive is functional_while_p:
             j = loops.index(eqn)
             for v in ins:
@@ -158,8 +158,8 @@ def _panel(c: _Canvas, loop: _Loop, y: float, stacks: set) -> float:
     n_acc = p["accumulators"]
     carries = body.out_avals[:len(body.out_avals) - n_acc]
     consts = loop.eqn.invars[:p["cond_nconsts"] + p["body_nconsts"]]
-    popped = [v for v in consts if not isinstance(v, core.Literal) and v in stacks]
-    consts = [v for v in consts if isinstance(v, core.Literal) or v not in stacks]
+    popped = [v for v in consts if not isinstance(v, Literal) and v in stacks]
+    consts = [v for v in consts if isinstance(v, Literal) or v not in stacks]
     half = (w - 36) / 2
     h1 = _box(c, x + 12, y + 6, half, "cond",
               ["i < bound  AND  cond(i, carries)", f"ops: {_ops(cond.jaxpr)}",
@@ -245,6 +245,6 @@ def _scope_jaxprs(jaxpr) -> dict:
     """id -> jaxpr for `jaxpr` and every jaxpr nested in it."""
     out = {id(jaxpr): jaxpr}
     for eqn in jaxpr.eqns:
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             out.update(_scope_jaxprs(sub))
     return out

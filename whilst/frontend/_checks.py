@@ -19,12 +19,13 @@ def path_name(root: str, path) -> str:
     return root + keystr(path)
 
 
-def check_callables(cond, body):
-    for arg, fn in (("cond", cond), ("body", body)):
+def check_callables(cond, body, names=("cond", "body"), takes="one argument per entry of "
+                    "loop_vars", api="while_loop"):
+    for arg, fn in zip(names, (cond, body)):
         if not callable(fn):
             raise TypeError(
-                f"while_loop: {arg} must be callable, taking one argument per entry of "
-                f"loop_vars; found {type(fn).__name__} {fn!r}. Pass a function or a lambda.")
+                f"{api}: {arg} must be callable, taking {takes}; found "
+                f"{type(fn).__name__} {fn!r}. Pass a function or a lambda.")
 
 
 def check_loop_vars(loop_vars):
@@ -39,13 +40,13 @@ def check_loop_vars(loop_vars):
             "the initial values as a list, e.g. loop_vars=[i0, x0].")
 
 
-def to_array(path: str, leaf):
+def to_array(path: str, leaf, api="while_loop"):
     """A loop-variable leaf as a JAX array, or a TypeError naming its path."""
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
             leaf, "__jax_array__"):
         return jax.numpy.asarray(leaf)
     raise TypeError(
-        f"while_loop: {path} must be an array or a Python/numpy scalar; found "
+        f"{api}: {path} must be an array or a Python/numpy scalar; found "
         f"{type(leaf).__name__} {leaf!r}. Loop variables are pytrees (tuples, lists, "
         f"namedtuples, dicts) whose leaves are arrays.")
 
@@ -140,17 +141,17 @@ def _is_shape(x):
         d is None or (isinstance(d, numbers.Integral) and not isinstance(d, bool)) for d in x)
 
 
-def check_cond_output(out):
+def check_cond_output(out, arg="cond", api="while_loop"):
     leaves = jax.tree_util.tree_leaves(out)
     if len(leaves) != 1 or jax.tree_util.tree_structure(out).num_leaves != 1 or not (
             hasattr(out, "shape") and hasattr(out, "dtype") or isinstance(out, (bool, np.bool_))):
         raise TypeError(
-            f"while_loop: cond must return a boolean scalar; found {type(out).__name__} "
+            f"{api}: {arg} must return a boolean scalar; found {type(out).__name__} "
             f"{out!r}. Reduce it with jnp.all/jnp.any or compare a scalar.")
     arr = jax.numpy.asarray(out)
     if arr.shape != () or arr.dtype != np.bool_:
         raise TypeError(
-            f"while_loop: cond must return a boolean scalar; found an array of shape "
+            f"{api}: {arg} must return a boolean scalar; found an array of shape "
             f"{arr.shape} and dtype {arr.dtype}. Reduce it with jnp.all/jnp.any, or "
             f"compare a scalar (e.g. `i < n`).")
     return arr

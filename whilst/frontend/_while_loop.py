@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import jax
 from jax import lax
-from jax._src import core
+from jax.core import ShapedArray
 
 from whilst.frontend import _checks as checks
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
@@ -89,7 +89,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
     invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
                                                    leaves_with_paths)
-    carry_avals = [core.ShapedArray(x.shape, x.dtype) for x in leaves]
+    carry_avals = [ShapedArray(x.shape, x.dtype) for x in leaves]
     init = [lax.convert_element_type(x, x.dtype) for x in leaves]  # drops weak types
 
     def flat_body(i, *xs):
@@ -154,7 +154,7 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
                 f"while_loop: body output {where} has shape {value.shape}, but the loop "
                 f"variable has shape {init.shape}. {fix}")
         if value.dtype != init.dtype:
-            weak = core.typeof(value).weak_type
+            weak = jax.typeof(value).weak_type
             if not (weak and jax.numpy.result_type(value, init.dtype) == init.dtype):
                 raise TypeError(
                     f"while_loop: body output {where} has dtype {value.dtype}, but the "

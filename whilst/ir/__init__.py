@@ -1,5 +1,7 @@
-"""The IR: the functional While primitive and its rules (forward mode, batching,
-reverse mode with the gradient While)."""
+"""The IR: the functional While primitive and all its rules (forward mode, batching,
+reverse mode with the gradient While, MLIR lowering). Importing any part of
+`whilst.ir` registers every rule of every primitive defined here."""
+from whilst.ir import _linearize, _while_lowering  # noqa: F401 (register their rules)
 from whilst.ir._buffers import uninitialized_p
 from whilst.ir._checkpoint import (
     checkpointed_linear_while_p, expand_checkpointed_linear_while)
@@ -9,10 +11,12 @@ from whilst.ir._functional_while import (
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
 from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
+from whilst.ir._unroll import unroll_factor
 
 __all__ = [
     "COUNTER_AVAL", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
     "expand_checkpointed_linear_while", "expand_linear_while", "functional_while",
     "functional_while_p", "iter_loops", "linear_while_p", "residual_report",
     "schedule_cost", "split_operands", "trace", "trace_with_consts", "uninitialized_p",
+    "unroll_factor",
 ]

@@ -10,16 +10,39 @@ from __future__ import annotations
 
 import numpy as np
 from jax import lax
-from jax._src import core, dispatch
-from jax._src.ad_util import Zero
-from jax._src.interpreters import ad
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.extend.mlir import ir
+from jax.interpreters import ad, mlir
+from jax.interpreters.ad import Zero
 
-uninitialized_p = core.Primitive("uninitialized")
-uninitialized_p.def_impl(lambda **params: dispatch.apply_primitive(uninitialized_p, **params))
-uninitialized_p.def_abstract_eval(lambda *, shape, dtype: core.ShapedArray(shape, dtype))
+from whilst._jax_compat import apply_primitive, broadcast_in_dim
+
+UNINITIALIZED_ATTR = "whilst.uninitialized"
+
+uninitialized_p = Primitive("uninitialized")
+uninitialized_p.def_impl(lambda **params: apply_primitive(uninitialized_p, **params))
+uninitialized_p.def_abstract_eval(lambda *, shape, dtype: ShapedArray(shape, dtype))
 ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
     uninitialized_p.bind(**params),
-    Zero(core.ShapedArray(params["shape"], params["dtype"]).to_tangent_aval()))
+    Zero(ShapedArray(params["shape"], params["dtype"]).to_tangent_aval()))
+
+
+def uninitialized_value(ctx, aval):
+    """Lowering: zeros of `aval`, tagged so that the IREE preparation can make them
+    `tensor.empty` (residual stacks, see `uninitialized`)."""
+    out = broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), aval.dtype)), aval,
+                           broadcast_dimensions=[])
+    out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
+    return out
+
+
+def _uninitialized_lowering(ctx, *, shape, dtype):
+    (aval,) = ctx.avals_out
+    return [uninitialized_value(ctx, aval)]
+
+
+mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
 
 
 def uninitialized(shape, dtype):
@@ -59,7 +82,7 @@ class ZeroStarted:
             shape, dtype = key
             for row, j in enumerate(js):
                 self.slots[j] = (group, row if len(js) > 1 else None)
-            self.avals.append(core.ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
+            self.avals.append(ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
                                                dtype))
 
     def initial(self):

@@ -53,10 +53,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src import core, dispatch
-from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching
-from jax._src.util import merge_lists, partition_list, split_list
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.interpreters.ad import Zero
+
+from whilst._jax_compat import apply_primitive, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
@@ -77,8 +79,7 @@ def _store(buf, k, x, when):
 # ------------------------------------------------------------- (a) the forward While
 
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                           body_nconsts, static_bound, name, role, accumulators, unroll,
-                           checkpoints):
+                           body_nconsts, static_bound, name, role, unroll, checkpoints):
     """The linearize rule of `functional_while_p` when `checkpoints` is set."""
     del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
     K = checkpoints
@@ -87,11 +88,11 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     _, carry_nz = jvp_body(body_jaxpr, const_nz, carry_nz)
     ncarry, nb = len(carry), len(body_consts)
     carry_avals = list(body_jaxpr.in_avals[nb + 1:])
-    slot_avals = [core.ShapedArray((K, *a.shape), a.dtype) for a in carry_avals]
+    slot_avals = [ShapedArray((K, *a.shape), a.dtype) for a in carry_avals]
     policy0 = policy_init(K)
-    policy_avals = [core.typeof(jnp.asarray(x)) for x in policy0]
+    policy_avals = [jax.typeof(jnp.asarray(x)) for x in policy0]
     npol = len(policy0)
-    pos_aval = core.ShapedArray((K,), np.int32)
+    pos_aval = ShapedArray((K,), np.int32)
 
     def forward_body(*args):
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
@@ -113,8 +114,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
             *[distinct_fill((K, *a.shape), a.dtype, j) for j, a in enumerate(carry_avals)]]
     n, *outs = functional_while(
         cond_consts, body_consts, bound, init, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
-        static_bound=static_bound, name=name, role=role, accumulators=accumulators,
-        checkpoints=K)
+        static_bound=static_bound, name=name, role=role, checkpoints=K)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
 
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
@@ -138,9 +138,9 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
 # ------------------------------------------------ (b) the checkpointed linear While
 
-checkpointed_linear_while_p = core.Primitive("checkpointed_linear_while")
+checkpointed_linear_while_p = Primitive("checkpointed_linear_while")
 checkpointed_linear_while_p.multiple_results = True
-checkpointed_linear_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+checkpointed_linear_while_p.def_impl(lambda *args, **params: apply_primitive(
     checkpointed_linear_while_p, *args, **params))
 checkpointed_linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
@@ -167,7 +167,7 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
     """
     n, _, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
-    body_jvp, _ = ad.jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
+    body_jvp, _ = jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
                                instantiate=list(carry_nz))
     nc, ndc, ncarry = len(consts), len(dconsts), len(slots)
 
@@ -176,8 +176,8 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
         return call(body_jvp, *cs, i, *xs, *dcs, *dxs)
 
     x0 = [_slot(s, 0) for s in slots]
-    carry_avals = [core.typeof(x) for x in [*x0, *dcarry]]
-    const_avals = [core.typeof(x) for x in [*consts, *dconsts]]
+    carry_avals = [jax.typeof(x) for x in [*x0, *dcarry]]
+    const_avals = [jax.typeof(x) for x in [*consts, *dconsts]]
     _, *outs = functional_while(
         [], [*consts, *dconsts], n, [*x0, *dcarry],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]),
@@ -201,6 +201,8 @@ def _linear_batch(args, dims, **params):
 
 ad.primitive_jvps[checkpointed_linear_while_p] = _linear_jvp
 batching.primitive_batchers[checkpointed_linear_while_p] = _linear_batch
+mlir.register_lowering(checkpointed_linear_while_p,
+                       mlir.lower_fun(expand_checkpointed_linear_while, multiple_results=True))
 
 
 # ------------------------------------------- the checkpointed gradient While
@@ -219,7 +221,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     # `ZeroStarted`); the other cotangents start from `cts`.
     zero_ct = [type(ct) is Zero for ct in cts]
     ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
-    acc_avals = [core.typeof(consts[k]).to_tangent_aval() for k in lin_consts]
+    acc_avals = [jax.typeof(consts[k]).to_tangent_aval() for k in lin_consts]
     zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
     nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
 
@@ -275,8 +277,8 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     x_init = [_slot(s, 0) for s in slots]
     state0 = [n, n, pos]
     carry0 = [*state0, *slots, *x_init, *ct_given, *zeros.initial()]
-    carry_avals = [core.typeof(x) for x in carry0]
-    const_avals = [core.typeof(x) for x in consts]
+    carry_avals = [jax.typeof(x) for x in carry0]
+    const_avals = [jax.typeof(x) for x in consts]
     _, *outs = functional_while(
         [], consts, np.int32(UNBOUNDED), carry0,
         cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],

@@ -32,28 +32,34 @@ Static parameters:
     checkpoints (`_checkpoint.py`). Ignored by the lowering.
 
 Reverse mode lives in `_reverse.py` (stored residuals) and `_checkpoint.py`
-(checkpoints).
+(checkpoints), chosen by `_linearize.py`; the MLIR lowering in `_while_lowering.py`.
+`whilst.ir`'s `__init__` imports them all, so the rules are registered whenever
+the primitive can be bound.
 """
 from __future__ import annotations
 
 import numpy as np
 
+import jax
 from jax import lax
-from jax._src import core, dispatch
-from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching, partial_eval as pe
-from jax._src.util import merge_lists, partition_list, split_list
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+from jax.interpreters.ad import Zero
 
+from whilst._jax_compat import (
+    apply_primitive, batch_jaxpr, jaxpr_forwarding, join_effects, jvp_jaxpr, merge_lists,
+    move_binders_to_front, moveaxis, partition_list, prune_closed_jaxpr_outputs, split_list)
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, split_pops, stack_avals
 from whilst.ir._tracing import call, trace_closed
 
-COUNTER_AVAL = core.ShapedArray((), np.int32)
+COUNTER_AVAL = ShapedArray((), np.int32)
 UNBOUNDED = int(np.iinfo(np.int32).max)
 ROLES = ("forward", "gradient", "linear")
 
-functional_while_p = core.Primitive("functional_while")
+functional_while_p = Primitive("functional_while")
 functional_while_p.multiple_results = True
-functional_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+functional_while_p.def_impl(lambda *args, **params: apply_primitive(
     functional_while_p, *args, **params))
 
 
@@ -72,14 +78,14 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
     nb = len(body_consts)
     nb_jaxpr = nb - (1 if sp.pops else 0)  # `top` is not a body input
     ncarry = len(carry)
-    forwarded = pe._jaxpr_forwarding(body_jaxpr.jaxpr)
+    forwarded = jaxpr_forwarding(body_jaxpr.jaxpr)
     invariant = [forwarded[j] == nb_jaxpr + 1 + j for j in range(ncarry)]
     if any(invariant):
-        body_jaxpr = pe.move_binders_to_front(
-            pe.prune_closed_jaxpr_outputs(
+        body_jaxpr = move_binders_to_front(
+            prune_closed_jaxpr_outputs(
                 body_jaxpr, [not v for v in invariant] + [True] * sp.accumulators),
             [False] * (nb_jaxpr + 1) + invariant)
-        cond_jaxpr = pe.move_binders_to_front(
+        cond_jaxpr = move_binders_to_front(
             cond_jaxpr, [False] * (len(cond_consts) + 1) + invariant)
         carry_kept, moved = partition_list(invariant, list(carry))
         counter, *outs = functional_while(
@@ -104,7 +110,7 @@ def split_operands(operands, cond_nconsts, body_nconsts):
 
 
 def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):
-    effects = core.join_effects(cond_jaxpr.effects, body_jaxpr.effects)
+    effects = join_effects(cond_jaxpr.effects, body_jaxpr.effects)
     carry, rows = split_list(body_jaxpr.out_avals, [len(body_jaxpr.out_avals) - accumulators])
     return [COUNTER_AVAL, *carry, *stack_avals(rows, stack_rows)], effects
 
@@ -124,7 +130,7 @@ def jvp_body(body_jaxpr, const_nz, carry_nz):
     tangents, given those of the constants and of the initial carry."""
     carry_nz = list(carry_nz)
     for _ in range(len(carry_nz) + 1):
-        body_jvp, carry_nz_out = ad.jvp_jaxpr(
+        body_jvp, carry_nz_out = jvp_jaxpr(
             body_jaxpr, [*const_nz, False, *carry_nz], instantiate=carry_nz)
         if carry_nz_out == carry_nz:
             return body_jvp, carry_nz
@@ -137,7 +143,7 @@ def _jvp_rule(primals, tangents, **params):
     if StackParams.of(params).any:
         operands, params = explicit_form(primals, params)
         new_stacks = operands[len(primals):]
-        return _jvp_rule(operands, [*tangents, *[Zero(core.typeof(s).to_tangent_aval())
+        return _jvp_rule(operands, [*tangents, *[Zero(jax.typeof(s).to_tangent_aval())
                                                  for s in new_stacks]], **params)
     return _jvp_plain(primals, tangents, **params)
 
@@ -190,7 +196,7 @@ ad.primitive_jvps[functional_while_p] = _jvp_rule
 def _move_to_front(x, dim, batched_now, size):
     if dim is None:
         return batching.broadcast(x, size, 0, None) if batched_now else x
-    return batching.moveaxis(x, dim, 0)
+    return moveaxis(x, dim, 0)
 
 
 def _batching_rule(axis_data, args, dims, **params):
@@ -222,19 +228,19 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     no_rows = [False] * sp.accumulators
 
     for _ in range(ncarry + 1):
-        _, out_b = batching.batch_jaxpr(
+        _, out_b = batch_jaxpr(
             body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b + no_rows)
         if out_b[:ncarry] == carry_b:
             break
         carry_b = [a or b for a, b in zip(carry_b, out_b)]
-    _, (pred_b,) = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
+    _, (pred_b,) = batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
                                         instantiate=False)
     per_lane = pred_b or bound_dim is not None
     if per_lane:
         carry_b = [True] * ncarry
-    body_batched, out_b = batching.batch_jaxpr(
+    body_batched, out_b = batch_jaxpr(
         body_jaxpr, axis_data, bc_b + [False] + carry_b, instantiate=carry_b + no_rows)
-    cond_batched, _ = batching.batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
+    cond_batched, _ = batch_jaxpr(cond_jaxpr, axis_data, cc_b + [False] + carry_b,
                                            instantiate=per_lane)
     # A batched row r is pushed to a [rows, batch, *r.shape[1:]] stack.
     stack_dims = [1 if b else None for b in out_b[ncarry:]]
@@ -242,7 +248,7 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     size = axis_data.size
     cond_consts = [_move_to_front(x, d, False, size) for x, d in zip(cond_consts, cc_dims)]
     consts = [_move_to_front(x, d, False, size) for x, d in zip(consts, c_dims)]
-    popped = [x if d is None else batching.moveaxis(x, d, 1) for x, d in zip(popped, pop_dims)]
+    popped = [x if d is None else moveaxis(x, d, 1) for x, d in zip(popped, pop_dims)]
     carry = [_move_to_front(x, d, b, size) for x, d, b in zip(carry, carry_dims, carry_b)]
     body_operands = [*consts, *([] if top is None else [top]), *popped]
 
@@ -273,10 +279,10 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
                 for n, x in zip(new, xs)]
         return [remaining - active.astype(np.int32), *kept, *rows]
 
-    cc_avals = [core.typeof(x) for x in cond_consts]
+    cc_avals = [jax.typeof(x) for x in cond_consts]
     bc_avals = body_batched.in_avals[:nbc]
-    lanes_aval = core.ShapedArray((size,), np.int32)
-    carry_avals = [core.typeof(x) for x in carry]
+    lanes_aval = ShapedArray((size,), np.int32)
+    carry_avals = [jax.typeof(x) for x in carry]
     new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
                             "functional_while_vmap_cond")
     new_body = trace_closed(body, [*cc_avals, *bc_avals, COUNTER_AVAL, lanes_aval,

@@ -6,12 +6,12 @@ import dataclasses
 
 import jax
 import numpy as np
-from jax._src import core
+from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
 
 from whilst.ir._functional_while import functional_while_p
 
 
-def trace(fn, *args, **kwargs) -> core.ClosedJaxpr:
+def trace(fn, *args, **kwargs) -> ClosedJaxpr:
     """The IR of `fn(*args, **kwargs)`: a jaxpr whose loops are `functional_while`
     equations (cond and body as sub-jaxprs, output 0 the iteration counter).
     Trace `jax.grad(fn)` to see the forward While with accumulators and the
@@ -19,12 +19,12 @@ def trace(fn, *args, **kwargs) -> core.ClosedJaxpr:
     return jax.make_jaxpr(fn)(*args, **kwargs)
 
 
-def iter_loops(jaxpr: core.Jaxpr):
+def iter_loops(jaxpr: Jaxpr):
     """Every `functional_while` equation in `jaxpr` and its sub-jaxprs, outermost first."""
     for eqn in jaxpr.eqns:
         if eqn.primitive is functional_while_p:
             yield eqn
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             yield from iter_loops(sub)
 
 

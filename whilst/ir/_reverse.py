@@ -32,8 +32,8 @@ the forward's k_f sizes the stacks (`rows` = pad + n rounded up to k_f) and the
 gradient's k_g sets `pad = k_g - 1` rows below step 0, so that its chunk reads
 never start below row 0.
 
-With `checkpoints` set, linearizing delegates to `_checkpoint.py` instead (no
-bound needed, K carries kept, steps recomputed).
+With `checkpoints` set, `_checkpoint.py` linearizes instead (no bound needed,
+K carries kept, steps recomputed); `_linearize.py` chooses.
 
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. A
@@ -48,27 +48,25 @@ to `static_bound` rows (see `_stacks.stack_avals`), left uninitialized.
 from __future__ import annotations
 
 import jax
-import numpy as np
-from jax import lax
-from jax._src import core, dispatch
-from jax._src.ad_util import Zero
-from jax._src.interpreters import ad, batching
-from jax._src.lax.control_flow.loops import _scan_known_hoisting
-from jax._src.util import merge_lists, partition_list, split_list
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.interpreters.ad import Zero
 
+from whilst._jax_compat import (
+    apply_primitive, backward_pass, linearize_jaxpr, merge_lists, partition_list,
+    scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
-from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._errors import unbounded_reverse_mode_error
-from whilst.ir._functional_while import (
-    COUNTER_AVAL, functional_while, functional_while_p, split_operands)
-from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, pushed_rows, read_rows
+from whilst.ir._functional_while import COUNTER_AVAL, functional_while, split_operands
+from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import unroll_factor
 
 
 # ----------------------------------------------------------- the linear While
 
-linear_while_p = core.Primitive("linear_while")
+linear_while_p = Primitive("linear_while")
 linear_while_p.multiple_results = True
 
 
@@ -91,8 +89,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
         inv, stk, dc, (i,), dx = split_list(args, [n_invariants, n_stacks, n_dconsts, 1])
         return call(body_jaxpr, *inv, *read_rows(stk, i + row_offset), *dc, *dx)
 
-    const_avals = [core.typeof(x) for x in [*invariants, *stacks, *dconsts]]
-    carry_avals = [core.typeof(x) for x in dcarry]
+    const_avals = [jax.typeof(x) for x in [*invariants, *stacks, *dconsts]]
+    carry_avals = [jax.typeof(x) for x in dcarry]
     body_jaxpr_ = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                "linear_while_body")
     _, *out = functional_while(
@@ -102,7 +100,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     return out
 
 
-linear_while_p.def_impl(lambda *args, **params: dispatch.apply_primitive(
+linear_while_p.def_impl(lambda *args, **params: apply_primitive(
     linear_while_p, *args, **params))
 linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
@@ -120,6 +118,8 @@ def _linear_while_batch(args, dims, **params):
 
 ad.primitive_jvps[linear_while_p] = _linear_while_jvp
 batching.primitive_batchers[linear_while_p] = _linear_while_batch
+mlir.register_lowering(linear_while_p,
+                       mlir.lower_fun(expand_linear_while, multiple_results=True))
 
 
 def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
@@ -130,7 +130,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     assert not ad.is_undefined_primal(n)
     assert not any(map(ad.is_undefined_primal, [*invariants, *stacks]))
     dconst_linear = [ad.is_undefined_primal(x) for x in dconsts]
-    dconst_avals = [x.aval if lin else core.typeof(x) for x, lin in zip(dconsts, dconst_linear)]
+    dconst_avals = [x.aval if lin else jax.typeof(x) for x, lin in zip(dconsts, dconst_linear)]
     dcarry_avals = [x.aval for x in dcarry]
     known_dconsts = [x for x, lin in zip(dconsts, dconst_linear) if not lin]
     acc_avals = [a for a, lin in zip(dconst_avals, dconst_linear) if lin]
@@ -150,7 +150,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         dc_in = [ad.UndefinedPrimal(a) if lin else next(kd_iter)
                  for a, lin in zip(dconst_avals, dconst_linear)]
         dx_in = [ad.UndefinedPrimal(a) for a in dcarry_avals]
-        cts_in = ad.backward_pass(body_jaxpr.jaxpr, False, body_jaxpr.consts,
+        cts_in = backward_pass(body_jaxpr.jaxpr, False, body_jaxpr.consts,
                                   [*inv, *rows, *dc_in, *dx_in], ct_x)
         _, ct_dc, ct_dx = split_list(cts_in, [n_invariants + n_stacks, n_dconsts])
         ct_dc = [ct for ct, lin in zip(ct_dc, dconst_linear) if lin]
@@ -162,9 +162,9 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     # The gradient While pops row `top - k` of each stack at step k.
     consts = [*invariants, *known_dconsts]
     popped = [n - 1 + row_offset, *stacks] if stacks else []
-    in_avals = [*[core.typeof(x) for x in consts], *[core.typeof(s).update(shape=s.shape[1:])
+    in_avals = [*[jax.typeof(x) for x in consts], *[jax.typeof(s).update(shape=s.shape[1:])
                                                      for s in stacks]]
-    carry_avals = [*[core.typeof(c) for c in ct_given], *zeros.avals]
+    carry_avals = [*[jax.typeof(c) for c in ct_given], *zeros.avals]
     grad_body = trace_closed(body, [*in_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
@@ -185,26 +185,10 @@ ad.primitive_transposes[linear_while_p] = _transpose_linear_while
 
 # ------------------------------------------------- linearizing the functional While
 
-def _linearize_rule(is_vjp, nzs, *primals, **params):
-    """Reverse mode of a loop: stored residuals, or checkpoints when it has
-    `checkpoints`; a loop that pushes or pops itself (higher order) through its
-    `explicit_form`."""
-    if StackParams.of(params).any:
-        operands, params = explicit_form(primals, params)
-        new_stacks = operands[len(primals):]
-        out, out_nz, residuals, linearized = _linearize_rule(
-            is_vjp, [*nzs, *[False] * len(new_stacks)], *operands, **params)
-        stack_zeros = [Zero(core.typeof(s).to_tangent_aval()) for s in new_stacks]
-        return out, out_nz, residuals, lambda res, *t: linearized(res, *t, *stack_zeros)
-    params = {k: v for k, v in params.items() if k not in NO_STACKS}
-    if params["checkpoints"] is not None:
-        return checkpointed_linearize(nzs, *primals, **params)
-    return _stored_linearize(is_vjp, nzs, *primals, **params)
-
-
-def _stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                      body_nconsts, static_bound, name, role, unroll, checkpoints):
-    del checkpoints
+def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                     body_nconsts, static_bound, name, role, unroll):
+    """The linearize rule of `functional_while_p` without `checkpoints` (see the
+    module docstring)."""
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     if static_bound is None:
@@ -216,7 +200,7 @@ def _stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconst
     allow_fwds = [True] * (ninner + body_nconsts) + [False] * (1 + len(carry))
 
     for _ in range(len(carry) + 1):
-        primal_jaxpr, num_res, carry_nz_out, in_fwd_res, tangent_jaxpr = ad.linearize_jaxpr(
+        primal_jaxpr, num_res, carry_nz_out, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
             body_jaxpr, [*const_nz, False, *carry_nz], instantiate=carry_nz,
             allow_fwds=allow_fwds, is_vjp=is_vjp)
         if carry_nz_out == carry_nz:
@@ -224,7 +208,7 @@ def _stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconst
         carry_nz = [a or b for a, b in zip(carry_nz, carry_nz_out)]
 
     # Hoist residuals that depend on loop constants only.
-    primal_jaxpr, hoisted_consts, which_hoisted, hoisted_res = _scan_known_hoisting(
+    primal_jaxpr, hoisted_consts, which_hoisted, hoisted_res = scan_known_hoisting(
         primal_jaxpr, list(body_consts), num_res)
 
     # Each residual is an invariant value or a row of a stack.
@@ -301,5 +285,3 @@ def _hoisted_flags(in_fwd_res, which_hoisted):
     it = iter(which_hoisted)
     return [False if f is not None else next(it) for f in in_fwd_res]
 
-
-ad.primitive_linearizations[functional_while_p] = _linearize_rule

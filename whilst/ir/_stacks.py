@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 from jax import lax
-from jax._src import core
-from jax._src.lax import slicing
-from jax._src.util import split_list
+from jax.core import ShapedArray
+
+from whilst._jax_compat import split_list
 
 from whilst.ir._buffers import uninitialized
 from whilst.ir._tracing import call, trace_closed
 
-COUNTER_AVAL = core.ShapedArray((), np.int32)
+COUNTER_AVAL = ShapedArray((), np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ def stack_avals(row_avals, rows: int):
     for a in row_avals:
         key = (tuple(a.shape), np.dtype(a.dtype))
         spare = seen[key] = seen.get(key, -1) + 1
-        avals.append(core.ShapedArray((rows + spare, *a.shape), a.dtype))
+        avals.append(ShapedArray((rows + spare, *a.shape), a.dtype))
     return avals
 
 
@@ -96,14 +97,14 @@ def _row_index(index, ndim):
 
 def read_rows(stacks, index):
     """`[s[index] for s in stacks]`."""
-    return [slicing.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
+    return [lax.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
                                          slice_sizes=(1, *s.shape[1:]))[0]
             for s in stacks]
 
 
 def write_rows(stacks, rows, index):
     """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [slicing.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
+    return [lax.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
                                                 *_row_index(index, s.ndim))
             for s, r in zip(stacks, rows)]
 
@@ -144,8 +145,8 @@ def explicit_form(operands, params: dict):
 
     tops_in = [] if top is None else [top]
     new_consts = [*consts, *tops_in, *popped]
-    const_avals = [core.typeof(x) for x in new_consts]
-    carry_avals = [core.typeof(x) for x in [*carry, *stacks0]]
+    const_avals = [jax.typeof(x) for x in new_consts]
+    carry_avals = [jax.typeof(x) for x in [*carry, *stacks0]]
     new_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                             "functional_while_explicit_body")
     new_cond = trace_closed(cond, [*cond_jaxpr.in_avals, *carry_avals[ncarry:]],

@@ -11,17 +11,20 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jax import lax
-from jax._src import api_util, core
-from jax._src import linear_util as lu
-from jax._src.interpreters import partial_eval as pe
+from jax.core import AbstractValue, eval_jaxpr
+from jax.extend import linear_util as lu
+from jax.extend.core import ClosedJaxpr
+from jax.interpreters import partial_eval as pe
+
+from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
 
 
-def _debug_info(name: str, fn: Callable, avals: Sequence[core.AbstractValue]):
-    return api_util.debug_info(name, fn, tuple(avals), {})
+def _debug_info(name: str, fn: Callable, avals: Sequence[AbstractValue]):
+    return debug_info(name, fn, tuple(avals), {})
 
 
-def trace_with_consts(fn: Callable, avals: Sequence[core.AbstractValue],
-                      name: str) -> tuple[core.ClosedJaxpr, list]:
+def trace_with_consts(fn: Callable, avals: Sequence[AbstractValue],
+                      name: str) -> tuple[ClosedJaxpr, list]:
     """Trace `fn(*flat_args) -> list` and hoist what it closes over.
 
     Returns `(jaxpr, consts)` where `jaxpr(*consts, *flat_args) == fn(*flat_args)`;
@@ -29,11 +32,11 @@ def trace_with_consts(fn: Callable, avals: Sequence[core.AbstractValue],
     """
     wrapped = lu.wrap_init(lambda *a: list(fn(*a)), debug_info=_debug_info(name, fn, avals))
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(avals))
-    return pe.close_jaxpr(pe.convert_constvars_jaxpr(jaxpr)), list(consts)
+    return close_jaxpr(convert_constvars_jaxpr(jaxpr)), list(consts)
 
 
-def trace_closed(fn: Callable, avals: Sequence[core.AbstractValue],
-                 name: str) -> core.ClosedJaxpr:
+def trace_closed(fn: Callable, avals: Sequence[AbstractValue],
+                 name: str) -> ClosedJaxpr:
     """Trace `fn(*flat_args) -> list` into a `ClosedJaxpr` with its consts kept inside.
 
     Only for rule-internal functions whose closed-over values are concrete
@@ -41,14 +44,14 @@ def trace_closed(fn: Callable, avals: Sequence[core.AbstractValue],
     """
     wrapped = lu.wrap_init(lambda *a: list(fn(*a)), debug_info=_debug_info(name, fn, avals))
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(avals))
-    return core.ClosedJaxpr(jaxpr, consts)
+    return ClosedJaxpr(jaxpr, consts)
 
 
-def call(jaxpr: core.ClosedJaxpr, *args) -> list:
+def call(jaxpr: ClosedJaxpr, *args) -> list:
     """Evaluate a closed jaxpr on the current trace: `jaxpr(*args)`."""
-    return core.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
+    return eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
 
 
-def always_true(avals: Sequence[core.AbstractValue]) -> core.ClosedJaxpr:
+def always_true(avals: Sequence[AbstractValue]) -> ClosedJaxpr:
     """A cond jaxpr over `avals` that is always true (loops bounded by their trip count)."""
     return trace_closed(lambda *_: [lax.full((), True, np.bool_)], avals, "always_true")

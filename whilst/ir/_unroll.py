@@ -1,14 +1,16 @@
 """How many loop steps each emitted `stablehlo.while` iteration runs (unrolling).
 
 IREE pays about 2 us of host work per loop iteration, so small bodies run k
-steps per iteration (see `whilst.ir._while_lowering` for the emitted form).
+steps per iteration (see `_while_lowering.py` for the emitted form).
 Reverse mode fixes the factors of the loops it creates when it builds them,
 because they decide how its residual stacks are laid out (`_reverse.py`).
 """
 from __future__ import annotations
 
 import numpy as np
-from jax._src import core
+from jax.extend.core import Jaxpr, Literal, jaxprs_in_params
+
+from whilst._jax_compat import is_constant_shape
 
 from whilst.ir._functional_while import functional_while_p
 
@@ -41,7 +43,7 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
         return 1
     if _indexes_at_computed_position(body_jaxpr.jaxpr):
         return 1
-    if not all(core.is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
+    if not all(is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
                for v in _all_vars(j.jaxpr)):
         return 1  # symbolic shapes: sizes unknown
     if any(_nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
@@ -50,22 +52,22 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
 
 
-def _all_vars(jaxpr: core.Jaxpr):
+def _all_vars(jaxpr: Jaxpr):
     yield from jaxpr.invars
     for eqn in jaxpr.eqns:
         yield from eqn.outvars
-        for sub in core.jaxprs_in_params(eqn.params):
+        for sub in jaxprs_in_params(eqn.params):
             yield from _all_vars(sub)
 
 
-def _indexes_at_computed_position(jaxpr: core.Jaxpr) -> bool:
+def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
     """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
     for eqn in jaxpr.eqns:
         first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
         if eqn.primitive.name in DYNAMIC_INDEXING and not all(
-                isinstance(v, core.Literal) for v in eqn.invars[first_index:]):
+                isinstance(v, Literal) for v in eqn.invars[first_index:]):
             return True
-        if any(map(_indexes_at_computed_position, core.jaxprs_in_params(eqn.params))):
+        if any(map(_indexes_at_computed_position, jaxprs_in_params(eqn.params))):
             return True
     return False
 
@@ -74,14 +76,14 @@ def _nbytes(aval) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
-def _work(jaxpr: core.Jaxpr) -> int:
+def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
     a nested loop counts as a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive is functional_while_p:
             return WORK_PER_ITERATION
-        subs = list(core.jaxprs_in_params(eqn.params))
+        subs = list(jaxprs_in_params(eqn.params))
         if subs:
             total += sum(map(_work, subs))
             continue

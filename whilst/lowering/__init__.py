@@ -1,11 +1,10 @@
-"""Lowering: the MLIR rule for the functional While, export to StableHLO, and the
-preparation and compilation of exported modules for IREE."""
-from whilst.lowering._while_lowering import unroll_factor  # (also registers the rules)
+"""Lowering: export to StableHLO, and the preparation and compilation of exported
+modules for IREE. (The MLIR lowering rules live beside their primitives in
+`whilst.ir`.)"""
 from whilst.lowering._export import Exported, export
 from whilst.lowering._iree import (
     TARGETS, CompileError, compile_flags, compile_text, compile_to_stream, prepare,
     stream_copy_sizes, target_metadata)
 
 __all__ = ["TARGETS", "CompileError", "Exported", "compile_flags", "compile_text",
-           "compile_to_stream", "export", "prepare", "stream_copy_sizes", "target_metadata",
-           "unroll_factor"]
+           "compile_to_stream", "export", "prepare", "stream_copy_sizes", "target_metadata"]

@@ -43,27 +43,26 @@ reads only the counter (gradient Whiles, bounds) keep the plain shape.
 from __future__ import annotations
 
 import numpy as np
+from jax.core import ShapedArray
+from jax.extend.core import ClosedJaxpr
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import stablehlo as hlo
+from jax.interpreters import mlir, partial_eval as pe
 
-from jax._src import core
-from jax._src.interpreters import mlir, partial_eval as pe
-from jax._src.lib.mlir import ir
-from jax._src.lib.mlir.dialects import hlo
-from jax._src.util import split_list
-
-from whilst.ir import (checkpointed_linear_while_p, expand_checkpointed_linear_while,
-                       expand_linear_while, functional_while_p, linear_while_p,
-                       split_operands, uninitialized_p)
+from whilst._jax_compat import (
+    dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
+from whilst.ir._buffers import uninitialized_value
+from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._unroll import unroll_factor
 
-UNINITIALIZED_ATTR = "whilst.uninitialized"
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
-def _subcomp(ctx, jaxpr: core.ClosedJaxpr, name_stack, *args):
+def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
         ctx.module_context, jaxpr.jaxpr, name_stack, mlir.TokenSet(),
-        mlir.ir_consts(jaxpr.consts, [v.aval for v in jaxpr.jaxpr.constvars]),
+        ir_consts(jaxpr.consts, [v.aval for v in jaxpr.jaxpr.constvars]),
         *args, dim_var_values=ctx.dim_var_values, const_lowering=ctx.const_lowering,
         outer_traceback=ctx.traceback)
     return outs
@@ -77,13 +76,13 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     consts, top, popped = split_pops(body_consts, pops)
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
-    k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+    k = _steps_per_iteration(ctx, cond_jaxpr, body_jaxpr, unroll)
     if pops:
         k = min(k, pop_pad + 1)  # chunk reads must not start below row 0
-    assert not accumulators or pushed_rows(static_bound, k, row_offset) <= stack_rows, (
-        "stacks too short for the unrolled pushes")
-    i32 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.int32))
-    i1 = mlir.aval_to_ir_type(ctx.module_context, core.ShapedArray((), np.bool_))
+    while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
+        k -= 1  # the last chunk of pushes must fit the stacks
+    i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
+    i1 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.bool_))
     stack_avals = ctx.avals_out[1 + ncarry:]
     pop_avals = ctx.avals_in[cond_nconsts + body_nconsts - pops:][:pops]
 
@@ -109,7 +108,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     loop_types = [types[0], *extra_types, *types[1:]]
     extra_init = ([predicate(const(0), carry)] if rotated else []) + (
         [const(0)] if k > 1 else [])
-    stacks0 = [_uninitialized(ctx, a) for a in stack_avals]
+    stacks0 = [uninitialized_value(ctx, a) for a in stack_avals]
     while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *carry, *stacks0])
     while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
     while_op.attributes[NAME_ATTR] = ir.StringAttr.get(name)
@@ -163,6 +162,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     return [i, *results[len(extra_types):]]
 
 
+def _steps_per_iteration(ctx, cond_jaxpr, body_jaxpr, unroll) -> int:
+    """`unroll` if given; otherwise automatic when exporting (for IREE, which pays
+    per iteration) and 1 under `jax.jit` (XLA gains little and compiles longer)."""
+    if unroll is None and not ctx.module_context.lowering_parameters.for_export:
+        return 1
+    return unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+
+
 def _row_start(ctx, row, ndim):
     zero = mlir.ir_constant(np.int32(0))
     return [row, *[zero] * (ndim - 1)]
@@ -171,7 +178,7 @@ def _row_start(ctx, row, ndim):
 def _rows_chunk(ctx, stack, stack_aval, start, k):
     """`stack[start:start + k]`."""
     aval = stack_aval.update(shape=(k, *stack_aval.shape[1:]))
-    return mlir.dynamic_slice(ctx, aval, stack,
+    return dynamic_slice(ctx, aval, stack,
                               start_indices=_row_start(ctx, start, stack_aval.ndim))
 
 
@@ -180,18 +187,18 @@ def _chunk_row(ctx, chunk, stack_aval, s):
     row_aval = stack_aval.update(shape=stack_aval.shape[1:])
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     zeros = [0] * (stack_aval.ndim - 1)
-    one = mlir.slice_op(ctx, chunk, one_aval, start_indices=[s, *zeros],
+    one = slice_op(ctx, chunk, one_aval, start_indices=[s, *zeros],
                         limit_indices=[s + 1, *stack_aval.shape[1:]],
                         strides=[1] * stack_aval.ndim)
-    return mlir.reshape(ctx, one, row_aval)
+    return reshape(ctx, one, row_aval)
 
 
 def _write_chunk(ctx, stack, stack_aval, rows, at):
     """`stack[at:at + len(rows)] = rows`, one `dynamic_update_slice`."""
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
-    rows = [mlir.reshape(ctx, r, one_aval) for r in rows]
+    rows = [reshape(ctx, r, one_aval) for r in rows]
     chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
-    return mlir.dynamic_update_slice(ctx, stack_aval, stack, chunk,
+    return dynamic_update_slice(ctx, stack_aval, stack, chunk,
                                      start_indices=_row_start(ctx, at, stack_aval.ndim))
 
 
@@ -232,22 +239,4 @@ def _read_every_carry(body_jaxpr, n_inputs_before_counter, xs, new_xs):
             for u, new, old in zip(unread, new_xs, xs)]
 
 
-def _uninitialized(ctx, aval):
-    """Zeros, tagged so that the IREE preparation can make them `tensor.empty`."""
-    out = mlir.broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), aval.dtype)), aval,
-                                broadcast_dimensions=[])
-    out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
-    return out
-
-
-def _uninitialized_lowering(ctx, *, shape, dtype):
-    (aval,) = ctx.avals_out
-    return [_uninitialized(ctx, aval)]
-
-
 mlir.register_lowering(functional_while_p, _functional_while_lowering)
-mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
-mlir.register_lowering(linear_while_p,
-                       mlir.lower_fun(expand_linear_while, multiple_results=True))
-mlir.register_lowering(checkpointed_linear_while_p,
-                       mlir.lower_fun(expand_checkpointed_linear_while, multiple_results=True))

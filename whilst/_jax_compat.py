@@ -1,0 +1,99 @@
+"""The JAX internals whilst builds on, each with why no public hook serves.
+
+Every `jax._src` import of the package is here, and every difference between
+the supported jax versions; the rest of whilst imports these names, or public
+`jax`, `jax.extend.*` and `jax.interpreters.*`. Each import is checked against
+jax 0.10.2, 0.11.2 and 0.12.0.1; where they differ, the names below keep
+0.10.2's calling conventions.
+"""
+import jax
+# The effects of a loop are those of its cond and body: no public join of effect sets.
+from jax._src.core import join_effects
+# Unrolling needs sizes known at trace time: no public test for symbolic dimensions.
+from jax._src.core import is_constant_shape
+# `def_impl` of a primitive with sub-jaxprs: no public "compile and run one primitive".
+from jax._src.dispatch import apply_primitive
+# List helpers every rule uses to split flat operand lists: not exported by jax.
+from jax._src.util import merge_lists, partition_list, split_list
+# jvp / linearize / transpose of sub-jaxprs and the linearize-rule registry:
+# jax.interpreters.ad exports only the rule tables for jvp and transpose.
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters.ad import backward_pass, jvp_jaxpr
+# Batching a sub-jaxpr and moving a batch axis: not in jax.interpreters.batching.
+from jax._src.interpreters.batching import batch_jaxpr, moveaxis
+# Rewriting sub-jaxprs (forwarded outputs, binder order, pruning, closing):
+# not in jax.interpreters.partial_eval.
+from jax._src.interpreters.partial_eval import (
+    _jaxpr_forwarding as jaxpr_forwarding, close_jaxpr, convert_constvars_jaxpr,
+    move_binders_to_back, move_binders_to_front, prune_closed_jaxpr_outputs)
+# Lowering helpers for a sub-jaxpr's constants and stablehlo op builders that
+# handle symbolic shapes: not in jax.interpreters.mlir.
+from jax._src.interpreters.mlir import (  # noqa: F401
+    broadcast_in_dim, dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op)
+# A carry keeps its weak type when the body returns its dtype strongly typed (as
+# in jax.lax's loops): no public conversion that sets weak_type.
+from jax._src.lax.lax import _convert_element_type as convert_element_type
+# Debug info for jaxprs traced by rules (required by lu.wrap_init): no public builder.
+from jax._src.api_util import debug_info
+# Hoisting loop-invariant residuals, shared with lax.scan's partial evaluation:
+# no public equivalent.
+from jax._src.lax.control_flow.loops import _scan_known_hoisting
+
+
+__all__ = [
+    "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim", "close_jaxpr",
+    "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
+    "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
+    "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
+    "partition_list", "prune_closed_jaxpr_outputs", "scan_known_hoisting", "split_list",
+]
+
+# jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured
+# residuals" (a pytree of residuals that the tangent side binds as inputs, used
+# by scan): linearize rules return and receive them, linearize_jaxpr reports
+# residual counts as a FlatTree, and _scan_known_hoisting counts the two kinds.
+_STRUCTURED_RESIDUALS = jax.__version_info__ >= (0, 11)
+
+
+def linearize_jaxpr(jaxpr, nonzeros, instantiate=False, allow_fwds=True, *, is_vjp):
+    """jax 0.10.2's `ad.linearize_jaxpr`: `(primal_jaxpr, num_res, nzs_out,
+    in_fwd_res, tangent_jaxpr)`. `primal_jaxpr` returns the primal outputs, then
+    `num_res` residuals; `in_fwd_res` has one entry per residual binder of
+    `tangent_jaxpr` (the input it forwards, or None for the next returned one);
+    `tangent_jaxpr` takes the residuals, then the non-zero tangents."""
+    primal, out_tree, nzs_out, in_fwd_res, tangent = _ad.linearize_jaxpr(
+        jaxpr, nonzeros, instantiate, allow_fwds, is_vjp=is_vjp)
+    if not _STRUCTURED_RESIDUALS:
+        return primal, out_tree, nzs_out, in_fwd_res, tangent
+    _, ures, sres = out_tree.unpack()
+    # Structured residuals follow the others out of `primal` and the tangents
+    # into `tangent`: bind them as plain residuals instead.
+    n_tangents = len(tangent.in_avals) - len(in_fwd_res) - len(sres)
+    tangent = move_binders_to_back(
+        tangent, [False] * len(in_fwd_res) + [True] * n_tangents + [False] * len(sres))
+    return primal, len(ures) + len(sres), nzs_out, [*in_fwd_res, *[None] * len(sres)], tangent
+
+
+def scan_known_hoisting(jaxpr_known, known_consts, num_res):
+    """jax 0.10.2's `_scan_known_hoisting(jaxpr_known, known_consts, num_res)`:
+    `(jaxpr_known, consts, which_hoisted, hoisted_res)` with the residuals that
+    depend on `known_consts` alone computed outside the jaxpr."""
+    if _STRUCTURED_RESIDUALS:
+        return _scan_known_hoisting(jaxpr_known, known_consts, num_res, 0)
+    return _scan_known_hoisting(jaxpr_known, known_consts, num_res)
+
+
+def def_linearization(primitive, rule):
+    """Register `rule(is_vjp, nzs, *primals, **params) -> (primals_out, nzs_out,
+    residuals, linearized)`, with `linearized(residuals, *tangents)`, as the
+    linearize rule of `primitive` (jax 0.10.2's protocol)."""
+    if not _STRUCTURED_RESIDUALS:
+        _ad.primitive_linearizations[primitive] = rule
+        return
+
+    def with_structured_residuals(is_vjp, nzs, *primals, **params):
+        primals_out, nzs_out, residuals, linearized = rule(is_vjp, nzs, *primals, **params)
+        return (primals_out, nzs_out, residuals, None,
+                lambda residuals, _structured, *tangents: linearized(residuals, *tangents))
+
+    _ad.primitive_linearizations[primitive] = with_structured_residuals

@@ -1,0 +1,161 @@
+"""`whilst.lax`: `jax.lax.while_loop` and `jax.lax.fori_loop` on one functional While."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import lax
+
+from whilst._jax_compat import convert_element_type
+from whilst.frontend import _checks as checks
+from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+
+
+def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
+               checkpoints=None, name=None):
+    """`jax.lax.while_loop` as one functional While, differentiable in reverse mode.
+
+    Semantics, as plain Python::
+
+        val, i = init_val, 0
+        while (maximum_iterations is None or i < maximum_iterations) and cond_fun(val):
+            val = body_fun(val)
+            i += 1
+        return val
+
+    One carry pytree, with JAX's types: a weakly typed leaf (a Python scalar)
+    takes the dtype body_fun gives it, as in `jax.lax.while_loop`. Reverse mode
+    (`jax.grad`) needs `maximum_iterations` as a Python int, or `checkpoints`;
+    see `whilst.while_loop` for both, and for `unroll` and `name`.
+
+    Raises:
+      TypeError: cond_fun or body_fun not callable, leaves that are not arrays,
+        cond_fun not returning a bool scalar, body_fun output of another
+        structure or dtype (the pytree path names the leaf).
+      ValueError: body_fun output of another shape, bad maximum_iterations,
+        unroll or checkpoints.
+    """
+    checks.check_callables(cond_fun, body_fun, ("cond_fun", "body_fun"),
+                           "one argument (the carry pytree init_val)", "whilst.lax.while_loop")
+    return _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
+                  "while" if name is None else str(name), "whilst.lax.while_loop")
+
+
+def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None,
+              name=None):
+    """`jax.lax.fori_loop` as one functional While, differentiable in reverse mode.
+
+    Semantics, as plain Python::
+
+        val = init_val
+        for i in range(lower, upper):
+            val = body_fun(i, val)
+        return val
+
+    `i` has the integer dtype of lower and upper (a Python int takes the other's
+    dtype, as in JAX). Python-int (or otherwise concrete) bounds give a loop
+    bounded by `upper - lower`, so `jax.grad` works; traced bounds give an
+    unbounded loop, which reverse mode differentiates only with `checkpoints`.
+
+    Raises:
+      TypeError: body_fun not callable, lower/upper not integer scalars of
+        compatible dtypes, and as `while_loop` for the carry.
+    """
+    api = "whilst.lax.fori_loop"
+    if not callable(body_fun):
+        raise TypeError(
+            f"{api}: body_fun must be callable, taking (i, val); found "
+            f"{type(body_fun).__name__} {body_fun!r}. Pass a function or a lambda.")
+    dtype = _index_dtype(lower, upper, api)
+    lower_, upper_ = (lax.convert_element_type(x, dtype) for x in (lower, upper))
+    maximum_iterations = None
+    if not any(isinstance(x, jax.core.Tracer) for x in (lower, upper)):
+        maximum_iterations = max(int(upper) - int(lower), 0)
+    weak = all(isinstance(x, int) for x in (lower, upper))
+    i0 = lower if weak else lower_  # Python ints keep a weakly typed index, as in JAX
+
+    def cond(carry):
+        return carry[0] < upper_
+
+    def body(carry):
+        i, val = carry
+        return i + 1, body_fun(i, val)
+
+    _, out = _while(cond, body, (i0, init_val), maximum_iterations, unroll, checkpoints,
+                    "fori" if name is None else str(name), api)
+    return out
+
+
+def _index_dtype(lower, upper, api):
+    """The dtype of fori_loop's index, by JAX's rule."""
+    def int_scalar(arg, x):
+        if isinstance(x, bool) or not (isinstance(x, int) or (
+                hasattr(x, "dtype") and np.shape(x) == ()
+                and np.issubdtype(x.dtype, np.integer))):
+            raise TypeError(f"{api}: {arg} must be an integer scalar (a Python int or an "
+                            f"int array of shape ()); found {type(x).__name__} {x!r}. "
+                            f"Pass an int.")
+        return jax.numpy.asarray(x)
+
+    lo, up = int_scalar("lower", lower), int_scalar("upper", upper)
+    if lo.dtype == up.dtype:
+        return lo.dtype
+    lo_weak, up_weak = isinstance(lower, int), isinstance(upper, int)
+    if lo_weak != up_weak:
+        return up.dtype if lo_weak else lo.dtype
+    raise TypeError(f"{api}: lower and upper must have the same integer dtype; found "
+                    f"{lo.dtype} and {up.dtype}. Cast one, e.g. upper.astype({lo.dtype}).")
+
+
+def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints, name, api):
+    checks.check_unroll(unroll)
+    bound, static_bound = checks.bound_operand(maximum_iterations)
+    checkpoints = checks.check_checkpoints(checkpoints)
+    leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
+    paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
+    init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
+
+    def flat_cond(i, *xs):
+        del i
+        out = cond_fun(jax.tree_util.tree_unflatten(tree, xs))
+        return [checks.check_cond_output(out, "cond_fun", api)]
+
+    def trace_body(init):
+        def flat_body(i, *xs):
+            del i
+            out = body_fun(jax.tree_util.tree_unflatten(tree, xs))
+            out_tree = jax.tree_util.tree_structure(out)
+            if out_tree != tree:
+                raise TypeError(
+                    f"{api}: body_fun must return the structure of init_val; found "
+                    f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
+                    f"in the same containers.")
+            outs = [checks.to_array(f"body_fun output {path}", x, api)
+                    for path, x in zip(paths, jax.tree_util.tree_leaves(out))]
+            # An output of the carry's dtype takes the carry's weak type, as in jax.lax.
+            return [convert_element_type(y, weak_type=jax.typeof(x).weak_type)
+                    if y.dtype == x.dtype else y for x, y in zip(init, outs)]
+        avals = [COUNTER_AVAL, *map(jax.typeof, init)]
+        return trace_with_consts(flat_body, avals, f"{name}_body")
+
+    body_jaxpr, body_consts = trace_body(init)
+    # As jax.lax.while_loop: a weakly typed leaf takes the type body_fun gives it.
+    promoted = [x if not jax.typeof(x).weak_type or x.dtype == out.dtype
+                else lax.convert_element_type(x, jax.numpy.result_type(x, out.dtype))
+                for x, out in zip(init, body_jaxpr.out_avals)]
+    if any(p is not x for p, x in zip(promoted, init)):
+        init = promoted
+        body_jaxpr, body_consts = trace_body(init)
+    for path, x, out in zip(paths, init, body_jaxpr.out_avals):
+        if (x.shape, x.dtype) != (out.shape, out.dtype):
+            raise TypeError(
+                f"{api}: body_fun output {path} is {out.str_short()}, but the carry "
+                f"{path} is {jax.typeof(x).str_short()}: the carry keeps one shape and "
+                f"dtype. Cast it with .astype({x.dtype}) in body_fun, or start "
+                f"{path} with the shape and dtype body_fun produces.")
+    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
+    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
+    _, *outs = functional_while(cond_consts, body_consts, bound, init, cond_jaxpr=cond_jaxpr,
+                                body_jaxpr=body_jaxpr,
+                                static_bound=static_bound, name=name, unroll=unroll,
+                                checkpoints=checkpoints)
+    return jax.tree_util.tree_unflatten(tree, outs)
