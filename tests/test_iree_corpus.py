@@ -199,7 +199,7 @@ FORWARD = [
     Case("dict_carry", dict_carry, (f32(1.0),), lambda x: [{"n": 4, "x": x * 81}]),
     Case("collatz", collatz, (np.int32(27),), collatz_ref),
     Case("vmap_collatz", jax.vmap(collatz), (np.array([1, 6, 27, 97, 7], np.int32),),
-         lambda ns: [np.ones(5, np.int32), [collatz_ref(n)[1] for n in ns]]),
+         lambda ns: [np.ones(5, np.int32), np.array([collatz_ref(n)[1] for n in ns])]),
     Case("vmap_finished_examples_keep_values", jax.vmap(grow),
          (np.array([1.0, 2.0, 10.0], f32), np.array([5.0, 3.0, 1.0], f32)),
          lambda xs, ls: list(map(np.array, zip(*[unrolled(lambda i, x: x < l,
@@ -520,7 +520,14 @@ CHECKPOINT = [
 ]
 
 GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
-XFAIL = {}  # case name -> IREE limitation and reproducer
+REPRO = "bench/iree_limits/reproduce.py"
+XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the module)
+    "grad_cut_at_0": f"iree-compile segfaults (residual stacks of 0 rows); {REPRO} cut_gradient_0",
+    "grad_cut_at_1": f"iree-compile segfaults (residual stacks of 1 row); {REPRO} cut_gradient_1",
+    "jacrev_zero_trip": "iree-compile: 'scf.while' op along control flow edge ... region branch "
+                        f"point has 4 operands, but region successor needs 6; {REPRO} "
+                        "zero_trip_jacrev",
+}
 
 
 @pytest.fixture(scope="module")
@@ -546,3 +553,28 @@ def test_runs_on_iree_like_the_oracle(modules, group, case):
         pytest.xfail(XFAIL[case.name])
     got = modules[group][case.name](*case.args)
     assert_tree_close(got, case.want(*case.args), case.rtol)
+
+
+@pytest.mark.parametrize("name", sorted(XFAIL))
+def test_refused(name):
+    """The programs IREE 3.13 cannot run never become a module: whilst.compile raises
+    whilst.CompileError with IREE's diagnostics."""
+    (case,) = [c for cs in GROUPS.values() for c in cs if c.name == name]
+    with pytest.raises(whilst.CompileError, match="iree-compile failed"):
+        whilst.compile(case.fn, *case.args)
+
+
+def test_runtime_failure_is_one_clear_error():
+    """A module that fails inside the IREE runtime (the loop form whilst emitted
+    before the fix, bench/iree_limits/barrier_on_constant_init.mlir) raises
+    whilst.runtime.RunError naming the function."""
+    import pathlib
+
+    from whilst.lowering import compile_text
+    from whilst.runtime._module_file import seal
+
+    text = (pathlib.Path(__file__).parent.parent / "bench" / "iree_limits" /
+            "barrier_on_constant_init.mlir").read_text()
+    module = whilst.runtime.load(seal(compile_text(text)))
+    with pytest.raises(whilst.runtime.RunError, match="main: the IREE runtime failed"):
+        module.main(A4, np.ones(4, f32))
