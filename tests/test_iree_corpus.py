@@ -527,6 +527,12 @@ XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the mod
     "jacrev_zero_trip": "iree-compile: 'scf.while' op along control flow edge ... region branch "
                         f"point has 4 operands, but region successor needs 6; {REPRO} "
                         "zero_trip_jacrev",
+    # Reproduced by the case itself (whilst.compile of case.fn):
+    "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage",
+    "checkpoint_nested": "iree-compile: 'scf.while' op along control flow edge ... region "
+                         "branch point has 6 operands, but region successor needs 8",
+    "checkpoint_vmap_of_grad": "iree-compile: 'iree_linalg_ext.scatter' op expected indices "
+                               "to be equal to batch rank or batch rank + 1",
 }
 
 
