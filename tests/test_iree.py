@@ -125,18 +125,33 @@ def test_gradient_runs_on_iree():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
-def test_loop_variables_starting_from_one_value_stay_separate():
-    def f(x):
-        def body(i, a, b):
-            return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
-        return whilst.while_loop(lambda i, a, b: i < 5, body, [0, jnp.zeros(5), jnp.zeros(5)])
+def two_row_writers(x):
+    def body(i, a, b):
+        return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
+    zeros = jnp.zeros((ROWS, WIDTH))
+    return whilst.while_loop(lambda i, a, b: i < ROWS, body, [0, zeros, zeros])
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _, a, b = run_on_iree(f, np.float32(2.0))
-    assert any("same value" in str(w.message) for w in caught)
-    np.testing.assert_array_equal(a, 2.0 * np.arange(5))
-    np.testing.assert_array_equal(b, 2.0 + np.arange(5))
+
+def scan_with_equal_inits(xs):
+    def step(c, x):
+        a, b = c
+        return (a.at[0].add(x), b.at[1].add(x * 0.5)), x * 2.0
+    zeros = jnp.zeros((ROWS, WIDTH))
+    return jax.lax.scan(step, (zeros, zeros), xs)
+
+
+def test_loop_variables_starting_from_one_value_stay_separate():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, a, b = run_on_iree(two_row_writers, np.ones(WIDTH, np.float32))
+        (c, d), ys = run_on_iree(scan_with_equal_inits, np.ones((5, WIDTH), np.float32))
+    rows = np.arange(ROWS, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(a, np.broadcast_to(rows, (ROWS, WIDTH)))
+    np.testing.assert_array_equal(b, np.broadcast_to(1 + rows, (ROWS, WIDTH)))
+    np.testing.assert_array_equal(c[0], 5.0)
+    np.testing.assert_array_equal(d[1], 2.5)
+    np.testing.assert_array_equal(ys, np.full((5, WIDTH), 2.0))
+    assert np.all(c[1:] == 0) and np.all(d[0] == 0) and np.all(d[2:] == 0)
 
 
 def test_export_of_one_loop_has_one_stablehlo_while():
@@ -160,10 +175,14 @@ def pushing_loss(x):
     return jnp.sum(out[1])
 
 
-@pytest.mark.parametrize("fn", [row_writer, jax.grad(pushing_loss)],
-                         ids=["row_writer", "accumulators_and_gradient_while"])
-def test_loop_carried_buffers_are_not_copied_per_iteration(fn):
-    text = prepare([whilst.export(fn, np.ones(WIDTH, np.float32))])
+@pytest.mark.parametrize("fn, shape", [
+    (row_writer, (WIDTH,)), (jax.grad(pushing_loss), (WIDTH,)), (two_row_writers, (WIDTH,)),
+    (scan_with_equal_inits, (5, WIDTH))],
+    ids=["row_writer", "accumulators_and_gradient_while", "two_carries_from_one_value",
+         "scan_with_equal_inits"])
+def test_loop_carried_buffers_are_not_copied_per_iteration(fn, shape):
+    text = prepare([whilst.export(fn, np.ones(shape, np.float32))])
+    assert text.count("stream.affinity") == 1
     sizes = stream_copy_sizes(compile_to_stream(text))
     full_buffer = ROWS * WIDTH * 4
     assert all(s is not None and s < full_buffer for s in sizes), sizes

@@ -140,7 +140,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             for chunk, r in zip(pushed, rows):
                 chunk.append(r)
             steps = hlo.add(steps, hlo.convert(i32, active))
-        xs = _read_every_carry(body_jaxpr, len(consts) + pops, old_xs, xs)
+        xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         at = hlo.add(i, const(row_offset))
         stacks = [_write_chunk(ctx, st, a, rs, at) for st, a, rs in zip(stacks, stack_avals,
                                                                          pushed)]
@@ -219,21 +219,25 @@ def _reads_carry(cond_jaxpr, cond_nconsts) -> bool:
     return any(used[cond_nconsts + 1:])
 
 
-def _read_every_carry(body_jaxpr, n_inputs_before_counter, xs, new_xs):
+def _read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
     """Make the emitted body read each carry that `body` overwrites without reading:
-    `new if opaque_zero == 0 else old`, with `opaque_zero` hidden from folding
-    by an optimization barrier.
+    `new if opaque_i >= 0 else old`, with the loop counter `i` (never negative)
+    hidden from folding by an optimization barrier.
 
     IREE 3.13 crashes (ScfWhileOpConversion) on a loop that produces a carry the
     body never reads, once the cond tests it (e.g. a residual norm recomputed
-    from scratch every step)."""
+    from scratch every step). The barrier must not hold a constant: IREE 3.13
+    packs the loop's constant initial values into one allocation, and a barrier
+    on one of them inside the loop makes it bind one buffer to several loop
+    results, a module that fails on every call (bench/iree_limits/
+    barrier_on_constant_init.mlir)."""
     _, used = pe.dce_jaxpr(body_jaxpr.jaxpr, [True] * len(body_jaxpr.out_avals))
     unread = [not u for u in used[n_inputs_before_counter + 1:]]
     if not any(unread):
         return new_xs
-    zero = mlir.ir_constant(np.int32(0))
-    (opaque,) = hlo.OptimizationBarrierOp([zero]).results
-    keep_new = hlo.compare(opaque, zero, hlo.ComparisonDirectionAttr.get("EQ"),
+    (opaque,) = hlo.OptimizationBarrierOp([i]).results
+    keep_new = hlo.compare(opaque, mlir.ir_constant(np.int32(0)),
+                           hlo.ComparisonDirectionAttr.get("GE"),
                            compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
     return [hlo.select(_broadcast(keep_new, new.type), new, old) if u else new
             for u, new, old in zip(unread, new_xs, xs)]

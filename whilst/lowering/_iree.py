@@ -5,6 +5,8 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     helpers are prefixed, so several exports merge into one module;
   * residual stacks (`whilst.uninitialized` zeros) become `tensor.empty`, so
     their cost does not grow with `maximum_iterations`;
+  * the module is canonicalized and CSE'd, and loop carries that start from one
+    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`);
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
@@ -23,17 +25,11 @@ there are several targets (`--iree-hal-link-executables=false`).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
+from whilst.lowering._iree_loops import distinct_loop_inits
 from whilst.runtime._signature import REFLECTION_KEY, TARGETS_KEY, dumps
 
 AFFINITY = "#hal.device.affinity<@__device_0>"
-_SHARED_INIT_WARNING = (
-    "whilst: in {!r}, {} starts two loop variables from the same value (for "
-    "example two jnp.zeros of one shape). IREE 3.13 would give them one shared buffer when "
-    "updating loop variables in place, so this function is compiled with per-iteration "
-    "copies of its loop-carried buffers instead (slower for large buffers). Start the loop "
-    "variables from different values to get in-place updates.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,42 +67,16 @@ def prepare(exports, targets=None) -> str:
             module = ir.Module.parse(exp.text)
             _rename_symbols(module, exp.name)
             _leave_uninitialized(module)
-            shared = _loops_with_shared_inits(module)
+            distinct_loop_inits(module)
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):
-                    if exp.name in shared:
-                        warnings.warn(_SHARED_INIT_WARNING.format(
-                            exp.name, " and ".join(sorted(set(shared[exp.name])))),
-                            stacklevel=3)
-                    else:
-                        op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
+                    op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
                     reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
                     if targets is not None:
                         reflection[TARGETS_KEY] = ir.StringAttr.get(dumps(targets))
                     op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
                 merged.body.append(op.operation)
         return merged.operation.get_asm(enable_debug_info=False)
-
-
-def _loops_with_shared_inits(module) -> dict[str, list[str]]:
-    """`{function: [loop, ...]}` for the `stablehlo.while` ops that start two carries
-    from the same value once the module is canonicalized and CSE'd (as IREE will do)."""
-    from iree.compiler import ir, passmanager
-
-    probe = ir.Module.parse(module.operation.get_asm(enable_debug_info=False))
-    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(probe.operation)
-    shared = {}
-    for func in probe.body.operations:
-        def visit(op, func=func):
-            if op.operation.name == "stablehlo.while":
-                operands = [v for v in op.operation.operands
-                            if ir.RankedTensorType(v.type).rank > 0]
-                if len(set(map(_value_key, operands))) < len(operands):
-                    name = ir.StringAttr(func.attributes["sym_name"]).value
-                    shared.setdefault(name, []).append(_describe_loop(op.operation))
-            return ir.WalkResult.ADVANCE
-        func.operation.walk(visit)
-    return shared
 
 
 def _leave_uninitialized(module) -> None:
@@ -130,18 +100,6 @@ def _leave_uninitialized(module) -> None:
             empty = ir.Operation.create("tensor.empty", results=[result_type])
         op.results[0].replace_all_uses_with(empty.results[0])
         op.erase()
-
-
-def _describe_loop(op) -> str:
-    from iree.compiler import ir
-
-    if "whilst.name" in op.attributes:
-        return f"whilst.while_loop {ir.StringAttr(op.attributes['whilst.name']).value!r}"
-    return "a jax.lax loop (scan, fori_loop or while_loop)"
-
-
-def _value_key(value):
-    return value.get_name()
 
 
 def _is_public(op) -> bool:

@@ -19,6 +19,11 @@ def _iree():
     return rt
 
 
+class RunError(RuntimeError):
+    """A compiled function failed inside the IREE runtime (an IREE status such as
+    OUT_OF_RANGE or a null buffer reference), not because of its inputs."""
+
+
 class Function:
     """One exported function: `fn(*args)` takes and returns the original pytrees."""
 
@@ -140,7 +145,15 @@ class Module:
 
     def _invoke(self, name, flat):
         with self._lock:
-            out = self._bound[name](*flat)
+            try:
+                out = self._bound[name](*flat)
+            except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
+                raise RunError(
+                    f"{name}: the IREE runtime failed while running this function on "
+                    f"{self.driver!r}: {str(e).splitlines()[0] if str(e) else e!r}. The "
+                    f"inputs matched its signature, so the compiled module itself cannot "
+                    f"run: please report it with the program that produced it (whilst "
+                    f"refuses the loop forms known to fail on IREE 3.13).") from e
         if out is None:
             return []
         return list(out) if isinstance(out, (list, tuple)) else [out]

@@ -1,0 +1,89 @@
+"""Reproducers of IREE 3.13 limitations met by whilst programs (llvm-cpu).
+
+    python bench/iree_limits/reproduce.py [NAME ...]
+
+Each entry exports a small program with whilst, prepares it as `whilst.compile`
+does, and runs iree-compile (and the module, when it compiles), printing what
+IREE says. `--save DIR` also writes each prepared module as DIR/NAME.mlir for
+`iree-compile` alone. An entry that starts to pass means IREE lifted the limit:
+remove it here and its xfail in tests/test_iree_corpus.py.
+"""
+import argparse
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export as jax_export
+
+import whilst
+from whilst.lowering import CompileError, compile_text, prepare
+
+
+def cut_gradient(n):
+    """Gradient of a loop bounded by maximum_iterations = n: iree-compile
+    segfaults for n = 0 and n = 1 (residual stacks of 0 or 1 rows)."""
+    def f(x):
+        return whilst.while_loop(lambda i, x: True, lambda i, x: (i + 1, x * 1.1 + jnp.sin(x)),
+                                 [0, x], maximum_iterations=n)[1]
+    return jax.grad(f), (np.float32(0.5),)
+
+
+def zero_trip_jacrev():
+    """jacrev of a loop that never runs (cond `i < 0`): iree-compile fails with
+    "'scf.while' op along control flow edge from Operation scf.condition to
+    Region #1: region branch point has N operands, but region successor needs M"."""
+    f = jax.jacrev(lambda x: whilst.while_loop(lambda i, x: i < 0, lambda i, x: (i + 1, x * 2),
+                                               [0, x], maximum_iterations=3)[1])
+    return f, (np.ones(3, np.float32),)
+
+
+def symbolic_batch(grad):
+    """A vmapped loop over a symbolic batch `b`: forward fails like zero_trip_jacrev
+    (scf.while edge operand count); the gradient fails on
+    `stablehlo.dynamic_broadcast_in_dim ... explicitly marked illegal` (a rank-
+    raising broadcast of the per-example predicate for the residual row push)."""
+    def step_loop(x, limit):
+        return whilst.while_loop(lambda i, x: x < limit, lambda i, x: (i + 1, x * 1.5 + 0.1),
+                                 [0, x], maximum_iterations=20)
+    fwd = jax.vmap(step_loop)
+    fn = jax.grad(lambda xs, ls: jnp.sum(fwd(xs, ls)[1] ** 2)) if grad else fwd
+    (b,) = jax_export.symbolic_shape("b")
+    spec = jax.ShapeDtypeStruct((b,), np.float32)
+    return fn, (spec, spec)
+
+
+CASES = {
+    "cut_gradient_0": lambda: cut_gradient(0),
+    "cut_gradient_1": lambda: cut_gradient(1),
+    "zero_trip_jacrev": zero_trip_jacrev,
+    "symbolic_batch_forward": lambda: symbolic_batch(False),
+    "symbolic_batch_grad": lambda: symbolic_batch(True),
+}
+
+
+def outcome(name, save=None) -> str:
+    fn, args = CASES[name]()
+    text = prepare([whilst.export(fn, *args, name=name)])
+    if save:
+        with open(os.path.join(save, f"{name}.mlir"), "w") as f:
+            f.write(text)
+    try:
+        compile_text(text)
+    except CompileError as e:
+        lines = [l for l in str(e).splitlines() if "error" in l or "Error code" in l]
+        return "iree-compile fails: " + " | ".join(lines[:3])[:400]
+    return "compiles"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(CASES))
+    parser.add_argument("--save", metavar="DIR")
+    args = parser.parse_args()
+    for name in args.names:
+        print(f"{name}: {outcome(name, args.save)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
