@@ -209,7 +209,7 @@ def test_damaged_code_never_crashes_the_process(compiled, tmp_path):
 
 
 def test_unsealed_modules_from_iree_compile_still_load(compiled):
-    from whilst.runtime._module_file import unseal
+    from whilst.runtime.seal import unseal
 
     plain = unseal(compiled.data)
     assert len(plain) < len(compiled.data)

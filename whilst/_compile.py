@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from whilst.lowering import Exported, compile_text, export, prepare, target_metadata
-from whilst.runtime._module_file import seal
+from whilst.runtime.seal import seal
 
 
 class Compiled:

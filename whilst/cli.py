@@ -12,9 +12,7 @@ import importlib
 import sys
 
 from whilst._cli._errors import CLIError
-
-TARGETS = ("llvm-cpu", "vulkan-spirv", "cuda", "rocm")
-DRIVERS = ("local-sync", "local-task", "cuda", "vulkan", "hip")
+from whilst.runtime.targets import DRIVERS, TARGETS
 
 _DESCRIPTION = """\
 Ahead-of-time compilation of functions with whilst.while_loop into IREE modules
@@ -101,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="export and compile a function to a .vmfb",
                        description=_COMPILE, formatter_class=raw)
     function_args(p)
-    p.add_argument("--target", action="append", choices=TARGETS,
+    p.add_argument("--target", action="append", choices=list(TARGETS),
                    help="IREE target, repeat for a module that runs on each (default llvm-cpu)")
     p.add_argument("--cpu", default="host",
                    help="llvm-cpu target CPU: host (default), generic, or an LLVM CPU name")

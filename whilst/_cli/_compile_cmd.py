@@ -44,7 +44,7 @@ def gpu_arch_option(values, chosen_targets):
 def main(args, out=print) -> None:
     from whilst.lowering import (CompileError, compile_text, export, prepare,
                                  target_metadata)
-    from whilst.runtime._module_file import seal
+    from whilst.runtime.seal import seal
 
     chosen = list(dict.fromkeys(args.target or ["llvm-cpu"]))
     gpu_arch = gpu_arch_option(args.gpu_arch, chosen)

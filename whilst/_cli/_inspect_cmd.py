@@ -5,7 +5,7 @@ import shlex
 
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import describe_call, describe_dims, leaf_paths
-from whilst.runtime import _signature as sig
+from whilst.runtime import signature as sig
 
 
 def main(args, out=print) -> None:

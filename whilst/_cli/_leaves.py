@@ -2,7 +2,7 @@
 (pure Python: used by `whilst run` and `whilst inspect`, which do not import jax)."""
 from __future__ import annotations
 
-from whilst.runtime import _signature as sig
+from whilst.runtime import signature as sig
 
 
 def leaf_paths(tree: dict, root: str) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import leaf_paths
-from whilst.runtime import _signature as sig
+from whilst.runtime import signature as sig
 
 
 def choose_function(module, name: str | None):

@@ -6,7 +6,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from whilst.runtime._signature import LEAF, encode_tree
+from whilst.runtime.signature import LEAF, encode_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Exported:
       serialized: the versioned, portable StableHLO artifact (VHLO bytecode).
       text: the same module as readable StableHLO text.
       signature: JSON-able input/output pytree structure, shapes and dtypes
-        (see `whilst.runtime._signature`).
+        (see `whilst.runtime.signature`).
       exported: the underlying `jax.export.Exported`.
     """
     name: str

@@ -8,10 +8,12 @@ import threading
 
 import numpy as np
 
-from whilst.runtime import _signature as sig
-from whilst.runtime._module_file import LoadError, info, parse, read_bytes, unseal
+from whilst.runtime import signature as sig
+from whilst.runtime._errors import LoadError
+from whilst.runtime._module_file import info, parse, read_bytes
+from whilst.runtime.seal import unseal
+from whilst.runtime.targets import DRIVERS
 
-DRIVERS = ("local-sync", "local-task", "cuda", "vulkan", "hip")
 
 
 def _iree():
