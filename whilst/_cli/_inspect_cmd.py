@@ -15,9 +15,11 @@ def main(args, out=print) -> None:
         info = describe(args.module)
     except (LoadError, FileNotFoundError) as e:
         raise CLIError(f"{args.module}: {e}") from None
-    seal = ("whilst checksum verified" if info.sealed
-            else "no whilst checksum (not compiled by whilst)")
+    seal = ("whilst seal verified (SHA-256)" if info.sealed
+            else "no whilst seal (not compiled by whilst); its CRC-32s verified")
     out(f"{args.module}: {info.size / 1024:.1f} KiB, {seal}")
+    out("  the checksums detect damage, not tampering: a .vmfb contains native code, so "
+        "load only modules from sources you trust")
     out(f"targets: {info.describe_targets()}")
     driver = info.drivers[0] if info.drivers else "local-sync"
     for name, s in info.functions.items():

@@ -1,9 +1,8 @@
 """Reading a `.vmfb` file: its seal checked (`whilst.runtime.seal`), the IREE module
 parsed, and the whilst metadata validated, all without creating a device.
 
-Modules without a seal (from `iree-compile` itself) are checked by IREE's
-flatbuffer verifier only: that catches damage to the module's structure, but
-not to its constants or machine code, which only the seal covers.
+Modules without a seal (from `iree-compile` itself) are checked by the CRC-32s
+of their ZIP entries (`_zip_check`) and by IREE's flatbuffer verifier.
 """
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import os
 
 from whilst.runtime import signature as sig
 from whilst.runtime._errors import LoadError
+from whilst.runtime._zip_check import check_crcs
 from whilst.runtime.seal import is_sealed, unseal
 from whilst.runtime.targets import validate_metadata
 
@@ -93,7 +93,19 @@ def parse_module(data: bytes):
     """The unsealed `VmModule` of `data` in a VM instance of its own."""
     import iree.runtime as rt
 
-    return parse(rt.VmInstance(), unseal(data))
+    return parse(rt.VmInstance(), checked_module(data))
+
+
+def checked_module(data: bytes) -> bytes:
+    """The IREE module inside `data`: its seal checked if it has one, else its CRCs.
+
+    Raises:
+      LoadError: the module was changed or damaged.
+    """
+    if is_sealed(data):
+        return unseal(data)
+    check_crcs(data)
+    return data
 
 
 def info(data: bytes, vm_module) -> ModuleInfo:
