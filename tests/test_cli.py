@@ -231,12 +231,20 @@ def test_unknown_target_is_a_usage_error(work, capsys):
 
 
 def test_iree_compile_failure_keeps_diagnostics(work, capsys):
+    code, _, err = whilst(work, "compile", "model.py:collatz", "--arg", "i32[3]", "--target",
+                          "cuda", "--gpu-arch", "sm_90", "-o", "z.vmfb", capsys=capsys)
+    assert code == 1
+    assert "iree-compile failed for targets ['cuda']" in err and "Diagnostics:" in err
+    assert "missing GPU target" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_cpu_is_one_line(work, capsys):
     code, _, err = whilst(work, "compile", "model.py:collatz", "--arg", "i32[3]", "--cpu",
                           "no-such-cpu", "-o", "z.vmfb", capsys=capsys)
     assert code == 1
-    assert "iree-compile failed for targets ['llvm-cpu']" in err and "Diagnostics:" in err
-    assert "'no-such-cpu' is not a recognized processor" in err
-    assert "Traceback" not in err
+    assert "--cpu 'no-such-cpu' is not a CPU LLVM knows" in err
+    assert "List of accepted CPUs" not in err and len(err.splitlines()) <= 2
 
 
 def test_operations_iree_cannot_read_are_one_message(work, capsys):

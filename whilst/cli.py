@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="also the gradient with respect to these arguments (e.g. 0 or "
                             "0,1); FUNCTION must return a float scalar")
 
+    def force_option(p):
+        p.add_argument("--force", action="store_true",
+                       help="replace existing output files (never done otherwise)")
+
     p = sub.add_parser("compile", help="export and compile a function to a .vmfb",
                        description=_COMPILE, formatter_class=raw)
     function_args(p)
@@ -109,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--emit-mlir", metavar="DIR",
                    help="also write the StableHLO of each function and the prepared module")
     p.add_argument("-o", "--output", required=True, metavar="OUT.vmfb")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile even if the compile cache ($WHILST_CACHE_DIR, default "
+                        "~/.cache/whilst) holds this module")
+    force_option(p)
 
     p = sub.add_parser("run", help="run a .vmfb on .npy inputs (no JAX needed)",
                        description=_RUN, formatter_class=raw)
@@ -119,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="DIR", help="write the outputs as .npy files here")
     p.add_argument("--driver", default="local-sync", choices=DRIVERS,
                    help="IREE runtime driver (default local-sync)")
+    force_option(p)
 
     p = sub.add_parser("inspect", help="show a .vmfb's functions, signatures and targets",
                        description=_INSPECT, formatter_class=raw)
@@ -130,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", choices=("jaxpr", "stablehlo"), default="jaxpr",
                    help="which IR to print (default jaxpr)")
     p.add_argument("--graph", metavar="OUT.svg", help="draw the loop structure as SVG")
+    force_option(p)
     return parser
 
 
