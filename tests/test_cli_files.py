@@ -151,3 +151,25 @@ def test_model_file_named_like_an_installed_module(work, capsys):
     code, _, err = whilst("compile", "numpy.py:halve", "--arg", "f32[3]", "--arg", "i32[]",
                           "-o", "n.vmfb", capsys=capsys)
     assert code == 1 and "has the name of the module 'numpy'" in err
+
+
+def test_second_compile_hits_the_cache_unless_told_not_to(work, capsys):
+    code, out, _ = whilst(*COMPILE, "-o", "a.vmfb", capsys=capsys)
+    assert code == 0
+    code, out, _ = whilst(*COMPILE, "-o", "b.vmfb", capsys=capsys)
+    assert code == 0 and "compile cache hit for llvm-cpu (host)" in out
+    assert (work / "a.vmfb").read_bytes() == (work / "b.vmfb").read_bytes()
+    code, out, _ = whilst(*COMPILE, "-o", "c.vmfb", "--no-cache", capsys=capsys)
+    assert code == 0 and "iree-compile for llvm-cpu (host)" in out and "cache hit" not in out
+
+
+def test_version(capsys):
+    import importlib.metadata
+
+    import whilst as package
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"whilst {importlib.metadata.version('whilst')}"
+    assert package.__version__ == importlib.metadata.version("whilst")

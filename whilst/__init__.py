@@ -9,8 +9,14 @@ together, so the lowering rules are registered once a loop can be built), so
 that `import whilst.runtime` (and `whilst run`) works where JAX is not installed.
 """
 import importlib
+import importlib.metadata
 
 from whilst import runtime
+
+try:
+    __version__ = importlib.metadata.version("whilst")
+except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
 
 _LAZY = {
     "Compiled": "whilst._compile", "compile": "whilst._compile",
@@ -19,7 +25,7 @@ _LAZY = {
     "CompileError": "whilst.lowering", "Exported": "whilst.lowering", "export": "whilst.lowering",
 }
 
-__all__ = ["CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
+__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
            "residual_report", "runtime", "trace", "while_loop"]
 
 

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from whilst import __version__
 from whilst._cli._errors import CLIError
 from whilst.runtime.targets import DRIVERS, TARGETS
 
@@ -83,6 +84,7 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="whilst", description=_DESCRIPTION, formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"whilst {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

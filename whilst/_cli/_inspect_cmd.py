@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 
 from whilst._cli._errors import CLIError
-from whilst._cli._leaves import describe_call, describe_dims, leaf_paths
+from whilst._cli._leaves import describe_call, describe_dims, file_name, input_paths, leaf_paths
 from whilst.runtime import signature as sig
 
 
@@ -28,7 +28,7 @@ def main(args, out=print) -> None:
             out(f"function {name} (no whilst signature)")
             continue
         out(f"function {describe_call(name, s)}")
-        in_paths = leaf_paths(s["inputs"], "args")
+        in_paths = input_paths(s)
         out("  inputs (one --input .npy each, in this order):")
         for k, (p, a) in enumerate(zip(in_paths, s["input_avals"])):
             out(f"    {k}  {p:<20} {sig.format_aval(a)}")
@@ -39,8 +39,7 @@ def main(args, out=print) -> None:
         if dims:
             out(f"  symbolic dimensions: {', '.join(dims)} (any size >= 1, the same size "
                 f"wherever a name appears)")
-        files = [f"--input=@{p.replace('[', '').replace(']', '').replace(chr(39), '')}.npy"
-                 for p in in_paths]
+        files = [f"--input=@{file_name(p)}.npy" for p in in_paths]
         cmd = ["iree-run-module", f"--module={args.module}", f"--device={driver}",
                f"--function={name}", *files]
         out("  equivalent iree-run-module command line:")

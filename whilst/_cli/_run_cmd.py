@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from whilst._cli._errors import CLIError
-from whilst._cli._leaves import leaf_paths
+from whilst._cli._leaves import input_paths
 from whilst._cli._output import output_dir, write_output
 from whilst.runtime import signature as sig
 
@@ -90,7 +90,7 @@ def main(args, out=print) -> None:
     if s is None:
         arguments = inputs
     else:
-        paths = leaf_paths(s["inputs"], "args")
+        paths = input_paths(s)
         if len(inputs) != len(paths):
             want = ", ".join(f"{p}: {sig.format_aval(a)}"
                              for p, a in zip(paths, s["input_avals"]))
