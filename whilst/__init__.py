@@ -25,8 +25,8 @@ _LAZY = {
     "CompileError": "whilst.lowering", "Exported": "whilst.lowering", "export": "whilst.lowering",
 }
 
-__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
-           "residual_report", "runtime", "trace", "while_loop"]
+__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "compile",
+           "export", "residual_report", "runtime", "trace", "while_loop"]
 
 
 def __getattr__(name):

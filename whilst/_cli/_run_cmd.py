@@ -13,7 +13,6 @@ from whilst._cli._leaves import input_paths
 from whilst._cli._output import output_dir, write_output
 from whilst.runtime import signature as sig
 
-
 _OUTPUT = re.compile(r"output_(\d+)\.npy")
 
 
@@ -46,7 +45,7 @@ def read_input(path: str) -> np.ndarray:
                                f"supported; {how}.")
             read_header = (fmt.read_array_header_1_0 if version == (1, 0)
                            else fmt.read_array_header_2_0)
-            shape, fortran_order, dtype = read_header(f)
+            shape, _, dtype = read_header(f)
             if dtype.hasobject or dtype.kind not in "biufc":
                 raise CLIError(f"--input {path!r} holds {dtype} data, not numbers; {how}.")
             need = int(np.prod(shape, dtype=object)) * dtype.itemsize

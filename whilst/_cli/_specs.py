@@ -68,4 +68,3 @@ def to_shape_dtype_structs(specs):
             shape = s.dims
         out.append(jax.ShapeDtypeStruct(shape, s.dtype))
     return out
-

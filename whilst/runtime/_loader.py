@@ -15,7 +15,6 @@ from whilst.runtime._module_file import checked_module, info, parse, read_bytes
 from whilst.runtime.targets import DRIVERS
 
 
-
 def _iree():
     import iree.runtime as rt
     return rt
