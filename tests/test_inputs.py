@@ -95,3 +95,25 @@ def test_arguments_by_name(fn):
         fn(n=1)
     with pytest.raises(TypeError, match="given by position and by name"):
         fn(1, n=1, x=1.0)
+
+
+def test_functions_without_a_whilst_signature_take_arrays_of_numbers():
+    """A module from plain iree-compile (no whilst metadata): arrays pass as they are."""
+    from iree.compiler import ir
+
+    from whilst.lowering import compile_text, prepare
+
+    text = prepare([whilst.export(count_up, np.int32(0), np.float32(0))])
+    with ir.Context():
+        module = ir.Module.parse(text)
+        for op in module.body.operations:
+            if "iree.reflection" in op.attributes:
+                del op.attributes["iree.reflection"]
+        plain = load(compile_text(module.operation.get_asm())).main
+    assert plain.signature is None
+    i, y = plain(np.int32(3), np.float32(1.5))
+    assert (int(i), float(y)) == reference(3, 1.5)
+    with pytest.raises(TypeError, match=r"args\[1\] is NoneType None; pass a numpy array"):
+        plain(np.int32(3), None)
+    with pytest.raises(TypeError, match=r"args\[0\] is ndarray"):
+        plain(np.array(["3"]), np.float32(1.5))

@@ -59,7 +59,7 @@ def prepare(exports, targets=None) -> str:
                     if exp.name in shared:
                         warnings.warn(_SHARED_INIT_WARNING.format(
                             exp.name, " and ".join(sorted(set(shared[exp.name])))),
-                            stacklevel=3)
+                            stacklevel=4)  # the caller of whilst.compile
                     else:
                         op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
                     reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}

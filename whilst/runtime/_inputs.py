@@ -34,8 +34,7 @@ def convert(value, want: np.dtype, path: str, expected: str) -> np.ndarray:
                 f"Convert it with .astype({want.name}) if that is what you want.")
     else:
         arr = _from_python(value, want, path, expected)
-    arr = arr.astype(want, copy=False)
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+    return _c_order(arr.astype(want, copy=False))
 
 
 def _check_numeric(dtype, value, path, expected) -> None:
@@ -94,7 +93,13 @@ def _is_python_numbers(value) -> bool:
 def convert_untyped(value, path: str) -> np.ndarray:
     """An input of a function without a whilst signature (its dtypes are unknown):
     any array of numbers, as it is; IREE checks the dtype and shape."""
-    arr = np.asarray(value) if _is_python_numbers(value) or hasattr(value, "__array__") \
-        else np.asarray(None)
+    if not (_is_python_numbers(value) or hasattr(value, "__array__")):
+        raise TypeError(f"{path} is {_describe(value)}; pass a numpy array or a number.")
+    arr = np.asarray(value)
     _check_numeric(arr.dtype, value, path, "an array of numbers")
-    return np.ascontiguousarray(arr)
+    return _c_order(arr)
+
+
+def _c_order(arr: np.ndarray) -> np.ndarray:
+    """`arr` in C order (np.ascontiguousarray would make a 0-d array 1-d)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
