@@ -158,6 +158,9 @@ def test_64_bit_numpy_carries_without_x64_never_wrap_and_warn_when_rounded():
     with pytest.raises(ValueError, match=r"loop_vars\[1\] is int64 with values outside "
                                          r"int32's range"):
         whilst.while_loop(ok_cond, ok_body, [0, np.array([2**33, 1])])
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] is 1099511627776, which does not "
+                                         r"fit JAX's integer type"):
+        whilst.while_loop(ok_cond, ok_body, [0, 2**40])
     with pytest.raises(ValueError, match=r"loop_vars\[1\] is float64 with values beyond"):
         whilst.while_loop(ok_cond, ok_body, [0, np.array([1e300])])
     with pytest.warns(UserWarning, match=r"loop_vars\[1\]\['b'\] is float64, but jax_enable_x64 "

@@ -96,6 +96,7 @@ def main(args, out=print) -> None:
             raise CLIError(f"{fn.name} takes {len(paths)} input(s) ({want}); "
                            f"{len(inputs)} --input file(s) given, one .npy per input, in order.")
         arguments = sig.unflatten(s["inputs"], inputs)
+        _output_files(args, sig.count_leaves(s["outputs"]), check_only=True)
     t = time.perf_counter()
     try:
         result = fn(*arguments)
@@ -123,10 +124,11 @@ def main(args, out=print) -> None:
         out(line)
 
 
-def _output_files(args, n: int) -> list[str]:
+def _output_files(args, n: int, check_only: bool = False) -> list[str]:
     """`output_0.npy` ... in --output, refusing (without --force) a directory that holds
     any `output_K.npy`; with --force, those beyond the `n` new ones are removed, so no
-    stale output of an earlier run is left beside the new ones."""
+    stale output of an earlier run is left beside the new ones. `check_only`: refuse
+    before the run, remove nothing."""
     if not args.output:
         return []
     directory = output_dir(args.output, "--output")
@@ -135,7 +137,7 @@ def _output_files(args, n: int) -> list[str]:
         raise CLIError(f"--output {directory!r} already holds {', '.join(existing)}; pass "
                        f"--force to replace them, or choose an empty directory.")
     files = [os.path.join(directory, f"output_{k}.npy") for k in range(n)]
-    for name in existing:
+    for name in [] if check_only else existing:
         if int(_OUTPUT.fullmatch(name)[1]) >= n:
             try:
                 os.unlink(os.path.join(directory, name))

@@ -60,7 +60,13 @@ def to_array(path: str, leaf):
         _check_narrowing(path, np.asarray(leaf))
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
             leaf, "__jax_array__"):
-        return jax.numpy.asarray(leaf)
+        try:
+            return jax.numpy.asarray(leaf)
+        except OverflowError as e:  # a Python int beyond the default integer type
+            raise ValueError(f"while_loop: {path} is {leaf!r}, which does not fit JAX's "
+                             f"integer type ({e}). Enable 64-bit types with "
+                             f"jax.config.update('jax_enable_x64', True), or pass a float."
+                             ) from None
     raise TypeError(
         f"while_loop: {path} must be an array or a Python/numpy scalar; found "
         f"{type(leaf).__name__} {leaf!r}. Loop variables are pytrees (tuples, lists, "
