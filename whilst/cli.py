@@ -29,7 +29,9 @@ examples:
 _COMPILE = """\
 Import FUNCTION from MODULE.py, export it to StableHLO (with --grad, also its
 gradient as a second function FUNCTION_grad in the same module), compile it
-with IREE and write the .vmfb. Prints each stage and how long it took.
+with IREE and write the .vmfb. Prints each stage and how long it took. Compiled
+modules are cached ($WHILST_CACHE_DIR, default ~/.cache/whilst; --no-cache or
+WHILST_CACHE_DIR=off to skip it). Existing files are replaced only with --force.
 
 Argument specs are DTYPE[DIMS]: f32[8,4], i32[] (a scalar), f64, bool[3].
 A name in place of a size is a symbolic dimension, shared by all --arg
@@ -51,6 +53,9 @@ _RUN = """\
 Load a .vmfb with the embedded runtime (no JAX needed) and call one function on
 .npy inputs, one --input per array in the order `whilst inspect` lists. Prints a
 summary of each output; with --output, also writes output_0.npy, output_1.npy, ...
+(an --output directory that already holds outputs is refused unless --force).
+Inputs cast to the module's dtypes only where no value can change: a float64
+.npy for an f32 input is refused; convert it with .astype first.
 
 examples:
   whilst run step.vmfb --input x.npy --input n.npy
