@@ -115,8 +115,8 @@ def test_broken_metadata_of_an_unsealed_module_is_a_load_error(value, message):
     ({"name": "main", "inputs": {"tuple": []}, "input_avals": [],
       "outputs": {"set": []}, "output_avals": []}, "a node kind among"),
     ({"name": "main", "inputs": {"tuple": [{"leaf": None}]}, "input_avals": [
-        {"shape": [], "dtype": "object"}], "outputs": {"none": None}, "output_avals": []},
-     "of a known dtype"),
+        {"shape": [], "dtype": "float 32"}], "outputs": {"none": None}, "output_avals": []},
+     "with a dtype name"),
     ({"name": "main", "inputs": {"tuple": []}, "input_avals": [], "outputs": {"none": None},
       "output_avals": [], "arg_names": ["../x"]}, "one identifier per argument"),
 ])

@@ -232,7 +232,8 @@ def _validate_tree(tree) -> None:
 
 def _validate_aval(aval) -> None:
     _expect(isinstance(aval, dict) and isinstance(aval.get("shape"), list)
-            and aval.get("dtype") in _SHORT, "an aval {shape, dtype} of a known dtype", aval)
+            and isinstance(aval.get("dtype"), str) and aval["dtype"].isidentifier(),
+            "an aval {shape, dtype} with a dtype name", aval)
     for d in aval["shape"]:
         _expect((isinstance(d, int) and not isinstance(d, bool) and d >= 0)
                 or (isinstance(d, str) and d != ""), "dimensions that are ints >= 0 or names", d)
