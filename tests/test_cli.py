@@ -108,7 +108,7 @@ def test_compile_reports_stages_and_writes_mlir(work, capsys):
     for stage in ("import model.py", "export loss to StableHLO", "export loss_grad to StableHLO",
                   "prepare for IREE (2 functions)", "iree-compile for llvm-cpu (host)"):
         assert re.search(re.escape(stage) + r"\s+[\d.]+ ms", out), (stage, out)
-    assert "wrote l0.vmfb" in out and "loss_grad(f32[3,4], f32[4,4]) -> f32[3,4]" in out
+    assert "wrote l0.vmfb" in out and "loss_grad(x: f32[3,4], w: f32[4,4]) -> f32[3,4]" in out
     assert (work / "l0.vmfb").stat().st_size > 0
 
 
@@ -151,16 +151,18 @@ def test_inspect_shows_functions_targets_and_iree_run_module(grad_module, batch_
     code, out, _ = whilst(work, "inspect", "loss.vmfb", capsys=capsys)
     assert code == 0
     assert "targets: llvm-cpu (host) -> driver local-sync or local-task" in out
-    assert "function loss(f32[3,4], f32[4,4]) -> f32[]" in out
-    assert "function loss_grad(f32[3,4], f32[4,4]) -> (f32[3,4], f32[4,4])" in out
+    assert "whilst seal verified" in out and "detect damage, not tampering" in out
+    assert "function loss(x: f32[3,4], w: f32[4,4]) -> f32[]" in out
+    assert "function loss_grad(x: f32[3,4], w: f32[4,4]) -> (f32[3,4], f32[4,4])" in out
+    assert re.search(r"0  x\s+f32\[3,4\]", out) and re.search(r"1  w\s+f32\[4,4\]", out)
     assert re.search(r"1  result\[1\]\s+f32\[4,4\]", out)
     cmd = re.search(r"(iree-run-module .*--function=loss_grad.*)", out).group(1)
     code, out, _ = whilst(work, "inspect", "collatz.vmfb", capsys=capsys)
-    assert "function collatz(i32[b]) -> [i32[], i32[b]]" in out
+    assert "function collatz(n: i32[b]) -> [i32[], i32[b]]" in out
     assert "symbolic dimensions: b" in out
-    # The printed command line runs the module with IREE's own tool.
-    np.save(work / "args0.npy", X)
-    np.save(work / "args1.npy", W)
+    # The printed command line runs the module with IREE's own tool, on files named
+    # after the arguments (x.npy, w.npy: saved by grad_module).
+    assert "--input=@x.npy --input=@w.npy" in cmd
     tool = os.path.join(os.path.dirname(sys.executable), "iree-run-module")
     run = subprocess.run([tool if a == "iree-run-module" else a for a in cmd.split()],
                          cwd=work, capture_output=True, text=True)
@@ -231,12 +233,20 @@ def test_unknown_target_is_a_usage_error(work, capsys):
 
 
 def test_iree_compile_failure_keeps_diagnostics(work, capsys):
+    code, _, err = whilst(work, "compile", "model.py:collatz", "--arg", "i32[3]", "--target",
+                          "cuda", "--gpu-arch", "sm_90", "-o", "z.vmfb", capsys=capsys)
+    assert code == 1
+    assert "iree-compile failed for targets ['cuda']" in err and "Diagnostics:" in err
+    assert "missing GPU target" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_cpu_is_one_line(work, capsys):
     code, _, err = whilst(work, "compile", "model.py:collatz", "--arg", "i32[3]", "--cpu",
                           "no-such-cpu", "-o", "z.vmfb", capsys=capsys)
     assert code == 1
-    assert "iree-compile failed for targets ['llvm-cpu']" in err and "Diagnostics:" in err
-    assert "'no-such-cpu' is not a recognized processor" in err
-    assert "Traceback" not in err
+    assert "--cpu 'no-such-cpu' is not a CPU LLVM knows" in err
+    assert "List of accepted CPUs" not in err and len(err.splitlines()) <= 2
 
 
 def test_operations_iree_cannot_read_are_one_message(work, capsys):

@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the argument and pytree path, never a deep trace."""
 import collections
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -133,3 +134,39 @@ def test_body_output_structure_differs_names_the_entry():
     with pytest.raises(TypeError, match=r"for loop_vars\[1\] it returned \(\*, \*\) but "
                                         r"the loop variable is P\(a=\*, b=\*\)"):
         whilst.while_loop(ok_cond, body, [0, P(1.0, 2.0)])
+
+
+def test_jax_style_cond_and_body_get_a_hint_about_star_loop_vars():
+    with pytest.raises(TypeError) as e:
+        whilst.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1]), (0, jnp.ones(2)))
+    message = str(e.value)
+    assert "cond is called as cond(*loop_vars), with one argument per entry of loop_vars " \
+           "(2 here)" in message
+    assert "lambda v0, v1: ..." in message and "loop_vars=[state]" in message
+
+
+def test_checkpoints_are_bounded_by_the_memory_they_would_take():
+    with pytest.raises(ValueError, match=r"checkpoints=1073741824 keeps 1073741824 "
+                                         r"copies of loop_vars \(20 bytes each, 20.0 GiB"):
+        whilst.while_loop(ok_cond, ok_body, [0, jnp.ones(4)], checkpoints=2**30)
+    with pytest.raises(ValueError, match="checkpoints must be at most 2147483647"):
+        whilst.while_loop(ok_cond, ok_body, [0, jnp.ones(2)], checkpoints=2**40)
+
+
+def test_64_bit_numpy_carries_without_x64_never_wrap_and_warn_when_rounded():
+    assert not jax.config.jax_enable_x64
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] is int64 with values outside "
+                                         r"int32's range"):
+        whilst.while_loop(ok_cond, ok_body, [0, np.array([2**33, 1])])
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] is 1099511627776, which does not "
+                                         r"fit JAX's integer type"):
+        whilst.while_loop(ok_cond, ok_body, [0, 2**40])
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] is float64 with values beyond"):
+        whilst.while_loop(ok_cond, ok_body, [0, np.array([1e300])])
+    with pytest.warns(UserWarning, match=r"loop_vars\[1\]\['b'\] is float64, but jax_enable_x64 "
+                                         r"is off"):
+        whilst.while_loop(ok_cond, lambda i, x: (i + 1, {"b": x["b"]}), [0, {"b": np.array([0.1])}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # exact values: nothing is lost, no warning
+        i, x = whilst.while_loop(ok_cond, ok_body, [0, np.array([0.5, 2.0])])
+        j, n = whilst.while_loop(ok_cond, ok_body, [np.int64(0), np.array([7], np.int64)])

@@ -1,8 +1,8 @@
 """whilst: data-dependent loops that are differentiable and deployable.
 
 `while_loop` has the semantics of `tf.compat.v1.while_loop` with jax.numpy
-bodies, `whilst.lax.while_loop` / `fori_loop` those of `jax.lax`'s; `export` and `compile` turn functions that use it into StableHLO and
-IREE modules; `whilst.runtime.load` runs those modules without JAX.
+bodies, `whilst.lax.while_loop` / `fori_loop` those of `jax.lax`'s; `export`
+and `compile` turn functions that use them into StableHLO and IREE modules; `whilst.runtime.load` runs those modules without JAX.
 
 The public names are imported eagerly by plain import statements (so IDEs and
 type checkers see them), and importing them registers every rule of the
@@ -11,10 +11,17 @@ they left out: `import whilst.runtime`, `whilst run` and `whilst inspect` then
 still work, and touching any other public name raises an ImportError that says
 how to install the compiler.
 """
+import importlib.metadata
+
 from whilst import runtime
 
-__all__ = ["CompileError", "Compiled", "Exported", "ResidualReport", "compile", "export",
-           "lax", "residual_report", "runtime", "trace", "while_loop"]
+try:
+    __version__ = importlib.metadata.version("whilst")
+except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "compile",
+           "export", "lax", "residual_report", "runtime", "trace", "while_loop"]
 
 try:
     import jax as _jax  # noqa: F401

@@ -1,21 +1,33 @@
-"""`whilst.compile`: export, prepare and compile functions into one IREE module."""
+"""`whilst.compile`: export, prepare and compile functions into one IREE module, in
+stages that `whilst compile` (the command) calls one by one and times."""
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 
-from whilst.lowering import Exported, compile_text, export, prepare, target_metadata
-from whilst.runtime._module_file import seal
+from whilst import _cache
+from whilst._files import write_file
+from whilst.lowering import Exported, compile_flags, compile_text, export, prepare, target_metadata
+from whilst.runtime.seal import seal
 
 
 class Compiled:
     """A compiled IREE module: `bytes(c)` or `c.data` are the `.vmfb` contents
     (an IREE module followed by a checksum the whilst runtime verifies, which
-    IREE's own tools ignore)."""
+    IREE's own tools ignore).
 
-    def __init__(self, data: bytes, targets: tuple[str, ...], functions: tuple[str, ...]):
+    Attributes:
+      stages: `[(label, seconds), ...]` of the stages that made it; the last is
+        "iree-compile for ..." or, from the compile cache, "compile cache hit for ...".
+    """
+
+    def __init__(self, data: bytes, targets: tuple[str, ...], functions: tuple[str, ...],
+                 stages: list[tuple[str, float]] = ()):
         self.data = data
         self.targets = targets
         self.functions = functions
+        self.stages = list(stages)
 
     def __bytes__(self) -> bytes:
         return self.data
@@ -24,10 +36,21 @@ class Compiled:
         return (f"<whilst.Compiled {len(self.data)} bytes, functions {list(self.functions)}, "
                 f"targets {list(self.targets)}>")
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the module to a `.vmfb` file."""
-        with open(path, "wb") as f:
-            f.write(self.data)
+    @property
+    def cache_hit(self) -> bool:
+        return any(label.startswith(_CACHE_HIT) for label, _ in self.stages)
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the module to a `.vmfb` file, atomically and never through a link.
+
+        Raises:
+          FileExistsError: `path` exists and `overwrite` is false.
+        """
+        try:
+            write_file(path, self.data, force=overwrite)
+        except FileExistsError:
+            raise FileExistsError(f"save: {os.fspath(path)!r} exists; pass overwrite=True to "
+                                  f"replace it.") from None
 
     def load(self, driver: str = "local-sync"):
         """Load it with the embedded runtime (`whilst.runtime.load`)."""
@@ -35,12 +58,64 @@ class Compiled:
         return load(self.data, driver=driver)
 
 
+_CACHE_HIT = "compile cache hit"
+
+
+class Stages:
+    """Times named stages; `on_stage(label, seconds)` is called as each finishes."""
+
+    def __init__(self, on_stage=None):
+        self.done: list[tuple[str, float]] = []
+        self._on_stage = on_stage
+
+    @contextlib.contextmanager
+    def __call__(self, label: str):
+        t = time.perf_counter()
+        yield
+        self.record(label, time.perf_counter() - t)
+
+    def record(self, label: str, seconds: float) -> None:
+        self.done.append((label, seconds))
+        if self._on_stage is not None:
+            self._on_stage(label, seconds)
+
+
+def prepare_stage(exports, targets, cpu="host", gpu_arch=None, stages=None) -> str:
+    """Stage 2: merge `Exported` functions into one module text for iree-compile."""
+    names = [e.name for e in exports]
+    if len(set(names)) != len(names):
+        raise ValueError(f"compile: exported functions need distinct names; found {names}.")
+    stages = stages or Stages()
+    with stages(f"prepare for IREE ({len(names)} function{'s' * (len(names) > 1)})"):
+        return prepare(exports, targets=target_metadata(targets, cpu, gpu_arch))
+
+
+def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cache=None,
+                  stages=None) -> Compiled:
+    """Stage 3: iree-compile `text` (or take it from the compile cache) and seal it."""
+    stages = stages or Stages()
+    where = _cache.directory(cache)
+    entry = _cache.key(text, compile_flags(targets, cpu, gpu_arch))
+    described = ", ".join(f"{m['name']}" + (f" ({m['arch']})" if m["arch"] else "")
+                          for m in target_metadata(targets, cpu, gpu_arch))
+    t = time.perf_counter()
+    data = _cache.lookup(where, entry)
+    if data is not None:
+        stages.record(f"{_CACHE_HIT} for {described}", time.perf_counter() - t)
+    else:
+        with stages(f"iree-compile for {described}"):
+            data = seal(compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch))
+        _cache.store(where, entry, data)
+    return Compiled(data, tuple(targets), tuple(functions), stages.done)
+
+
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,
-            name="main") -> Compiled:
+            name="main", cache=None, on_stage=None) -> Compiled:
     """Compile a function (or an `Exported`, or a list of them) for IREE.
 
-    `whilst.compile(f, x)` is `export(f, x)` followed by IREE preparation (loop-
-    carried buffers in place, signature metadata) and `iree-compile`.
+    `whilst.compile(f, x)` runs three stages: `export(f, x)`, IREE preparation
+    (loop-carried buffers in place, signature metadata; `prepare_stage`) and
+    `iree-compile` (`compile_stage`), whose result is cached (see `whilst._cache`).
 
     Args:
       fn_or_export: a function, an `Exported`, or a list of `Exported` with
@@ -51,21 +126,26 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       gpu_arch: GPU architecture (e.g. "sm_80", "gfx942") for every GPU target, or a
         dict {target: arch}; a default per target. One module compiled for several
         targets carries an executable for each and runs on any one of them.
-      name: the function's name when a function is given.
+      name: the function's name when a function is given (a Python identifier).
+      cache: None (the default cache directory, `$WHILST_CACHE_DIR`), False (no
+        cache) or a directory.
+      on_stage: called as `on_stage(label, seconds)` when each stage finishes.
+
+    Returns:
+      A `Compiled`; its `stages` lists each stage with its duration.
 
     Raises:
       whilst.CompileError: iree-compile failed (its diagnostics are kept).
     """
+    stages = Stages(on_stage)
     if isinstance(fn_or_export, Exported):
         exports = [fn_or_export]
     elif isinstance(fn_or_export, (list, tuple)):
         exports = list(fn_or_export)
     else:
-        exports = [export(fn_or_export, *example_args, name=name)]
-    names = [e.name for e in exports]
-    if len(set(names)) != len(names):
-        raise ValueError(f"compile: exported functions need distinct names; found {names}.")
+        with stages(f"export {name} to StableHLO"):
+            exports = [export(fn_or_export, *example_args, name=name)]
     targets = (target,) if isinstance(target, str) else tuple(target)
-    text = prepare(exports, targets=target_metadata(targets, cpu, gpu_arch))
-    data = seal(compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch))
-    return Compiled(data, targets, tuple(names))
+    text = prepare_stage(exports, targets, cpu, gpu_arch, stages)
+    return compile_stage(text, [e.name for e in exports], targets, cpu, gpu_arch, cache,
+                         stages)

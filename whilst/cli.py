@@ -11,10 +11,9 @@ import argparse
 import importlib
 import sys
 
+from whilst import __version__
 from whilst._cli._errors import CLIError
-
-TARGETS = ("llvm-cpu", "vulkan-spirv", "cuda", "rocm")
-DRIVERS = ("local-sync", "local-task", "cuda", "vulkan", "hip")
+from whilst.runtime.targets import DRIVERS, TARGETS
 
 _DESCRIPTION = """\
 Ahead-of-time compilation of functions with whilst.while_loop into IREE modules
@@ -30,7 +29,9 @@ examples:
 _COMPILE = """\
 Import FUNCTION from MODULE.py, export it to StableHLO (with --grad, also its
 gradient as a second function FUNCTION_grad in the same module), compile it
-with IREE and write the .vmfb. Prints each stage and how long it took.
+with IREE and write the .vmfb. Prints each stage and how long it took. Compiled
+modules are cached ($WHILST_CACHE_DIR, default ~/.cache/whilst; --no-cache or
+WHILST_CACHE_DIR=off to skip it). Existing files are replaced only with --force.
 
 Argument specs are DTYPE[DIMS]: f32[8,4], i32[] (a scalar), f64, bool[3].
 A name in place of a size is a symbolic dimension, shared by all --arg
@@ -52,6 +53,9 @@ _RUN = """\
 Load a .vmfb with the embedded runtime (no JAX needed) and call one function on
 .npy inputs, one --input per array in the order `whilst inspect` lists. Prints a
 summary of each output; with --output, also writes output_0.npy, output_1.npy, ...
+(an --output directory that already holds outputs is refused unless --force).
+Inputs cast to the module's dtypes only where no value can change: a float64
+.npy for an f32 input is refused; convert it with .astype first.
 
 examples:
   whilst run step.vmfb --input x.npy --input n.npy
@@ -85,6 +89,7 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="whilst", description=_DESCRIPTION, formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"whilst {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show Python tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -98,10 +103,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="also the gradient with respect to these arguments (e.g. 0 or "
                             "0,1); FUNCTION must return a float scalar")
 
+    def force_option(p):
+        p.add_argument("--force", action="store_true",
+                       help="replace existing output files (never done otherwise)")
+
     p = sub.add_parser("compile", help="export and compile a function to a .vmfb",
                        description=_COMPILE, formatter_class=raw)
     function_args(p)
-    p.add_argument("--target", action="append", choices=TARGETS,
+    p.add_argument("--target", action="append", choices=list(TARGETS),
                    help="IREE target, repeat for a module that runs on each (default llvm-cpu)")
     p.add_argument("--cpu", default="host",
                    help="llvm-cpu target CPU: host (default), generic, or an LLVM CPU name")
@@ -111,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--emit-mlir", metavar="DIR",
                    help="also write the StableHLO of each function and the prepared module")
     p.add_argument("-o", "--output", required=True, metavar="OUT.vmfb")
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile even if the compile cache ($WHILST_CACHE_DIR, default "
+                        "~/.cache/whilst) holds this module")
+    force_option(p)
 
     p = sub.add_parser("run", help="run a .vmfb on .npy inputs (no JAX needed)",
                        description=_RUN, formatter_class=raw)
@@ -121,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="DIR", help="write the outputs as .npy files here")
     p.add_argument("--driver", default="local-sync", choices=DRIVERS,
                    help="IREE runtime driver (default local-sync)")
+    force_option(p)
 
     p = sub.add_parser("inspect", help="show a .vmfb's functions, signatures and targets",
                        description=_INSPECT, formatter_class=raw)
@@ -132,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", choices=("jaxpr", "stablehlo"), default="jaxpr",
                    help="which IR to print (default jaxpr)")
     p.add_argument("--graph", metavar="OUT.svg", help="draw the loop structure as SVG")
+    force_option(p)
     return parser
 
 

@@ -1,26 +1,13 @@
-"""`whilst compile`: export a function (and its gradient), compile, write a `.vmfb`."""
+"""`whilst compile`: export a function (and its gradient), compile it with the stages
+of `whilst.compile`, write a `.vmfb`."""
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import describe_call
+from whilst._cli._output import output_dir, write_output
 from whilst._cli._user_fn import run_traced, targets
-
-
-class _Stages:
-    """Prints each stage with its duration as it finishes."""
-
-    def __init__(self, out):
-        self.out = out
-
-    @contextlib.contextmanager
-    def __call__(self, label):
-        t = time.perf_counter()
-        yield
-        self.out(f"  {label:<58} {(time.perf_counter() - t) * 1e3:9.1f} ms")
 
 
 def gpu_arch_option(values, chosen_targets):
@@ -42,56 +29,70 @@ def gpu_arch_option(values, chosen_targets):
 
 
 def main(args, out=print) -> None:
-    from whilst.lowering import (CompileError, compile_text, export, prepare,
-                                 target_metadata)
-    from whilst.runtime._module_file import seal
+    from whilst._compile import Stages, compile_stage, prepare_stage
+    from whilst.lowering import CompileError, export
 
     chosen = list(dict.fromkeys(args.target or ["llvm-cpu"]))
     gpu_arch = gpu_arch_option(args.gpu_arch, chosen)
     out(f"whilst compile {args.function} -> {args.output}")
-    stage = _Stages(out)
-    with stage(f"import {args.function.rpartition(':')[0]}"):
+    _check_output(args)
+    stages = Stages(lambda label, seconds: out(f"  {label:<58} {seconds * 1e3:9.1f} ms"))
+    with stages(f"import {args.function.rpartition(':')[0]}"):
         fns, path = targets(args.function, args.arg, args.grad)
+    if path is not None and os.path.exists(args.output) and os.path.samefile(path, args.output):
+        raise CLIError(f"-o {args.output!r} is the source file of {args.function}; write the "
+                       f"module to a .vmfb file instead.")
     exports = []
     for t in fns:
-        with stage(f"export {t.name} to StableHLO"):
+        with stages(f"export {t.name} to StableHLO"):
             exports.append(run_traced(t, path, "exporting",
                                       lambda t=t: export(t.fn, *t.args, name=t.name)))
-    meta = target_metadata(chosen, args.cpu, gpu_arch)
-    with stage(f"prepare for IREE ({len(exports)} function{'s' * (len(exports) > 1)})"):
-        try:
-            text = prepare(exports, targets=meta)
-        except Exception as e:  # the MLIR bindings raise their own error types
-            raise CLIError(f"IREE cannot read the exported StableHLO: {e}\nThe function uses "
-                           f"an operation IREE does not support (jnp.linalg, for example, "
-                           f"lowers to LAPACK calls).") from None
-    if args.emit_mlir:
-        os.makedirs(args.emit_mlir, exist_ok=True)
-        for e in exports:
-            _write(os.path.join(args.emit_mlir, f"{e.name}.stablehlo.mlir"), e.text)
-        _write(os.path.join(args.emit_mlir, "module.mlir"), text)
-        out(f"  wrote StableHLO of {', '.join(e.name for e in exports)} and the prepared "
-            f"module.mlir to {args.emit_mlir}/")
-    described = ", ".join(f"{m['name']}" + (f" ({m['arch']})" if m["arch"] else "")
-                          for m in meta)
-    with stage(f"iree-compile for {described}"):
-        try:
-            data = seal(compile_text(text, targets=chosen, cpu=args.cpu, gpu_arch=gpu_arch))
-        except CompileError as e:
-            hint = ("" if args.emit_mlir else "\nAdd --emit-mlir DIR to keep the module given "
-                    "to iree-compile.")
-            raise CLIError(f"{e}{hint}") from None
     try:
-        with open(args.output, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        raise CLIError(f"cannot write {args.output!r}: {e.strerror}.") from None
-    out(f"wrote {args.output} ({len(data) / 1024:.1f} KiB): "
-        f"functions {', '.join(e.name for e in exports)}; targets {described}")
+        text = prepare_stage(exports, chosen, args.cpu, gpu_arch, stages)
+    except Exception as e:  # the MLIR bindings raise their own error types
+        raise CLIError(f"IREE cannot read the exported StableHLO: {e}\nThe function uses "
+                       f"an operation IREE does not support (jnp.linalg, for example, "
+                       f"lowers to LAPACK calls).") from None
+    if args.emit_mlir:
+        _emit_mlir(args, exports, text, out)
+    try:
+        compiled = compile_stage(text, [e.name for e in exports], chosen, args.cpu, gpu_arch,
+                                 cache=False if args.no_cache else None, stages=stages)
+    except CompileError as e:
+        hint = ("" if args.emit_mlir else "\nAdd --emit-mlir DIR to keep the module given "
+                "to iree-compile.")
+        raise CLIError(f"{_short_compile_error(e, args.cpu)}{hint}") from None
+    write_output(args.output, compiled.data, args.force, "-o")
+    out(f"wrote {args.output} ({len(compiled.data) / 1024:.1f} KiB): "
+        f"functions {', '.join(e.name for e in exports)}; targets {', '.join(chosen)}")
     for e in exports:
         out(f"  {describe_call(e.name, e.signature)}")
 
 
-def _write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
+def _check_output(args) -> None:
+    """Refuse an existing -o before doing any work (unless --force)."""
+    if os.path.isdir(args.output):
+        raise CLIError(f"-o {args.output!r} is a directory; give the .vmfb file to write.")
+    if os.path.lexists(args.output) and not args.force:
+        raise CLIError(f"-o {args.output!r} exists; pass --force to replace it, or choose "
+                       f"another name.")
+
+
+def _emit_mlir(args, exports, text, out) -> None:
+    directory = output_dir(args.emit_mlir, "--emit-mlir")
+    for e in exports:
+        write_output(os.path.join(directory, f"{e.name}.stablehlo.mlir"), e.text, args.force,
+                     "--emit-mlir")
+    write_output(os.path.join(directory, "module.mlir"), text, args.force, "--emit-mlir")
+    out(f"  wrote StableHLO of {', '.join(e.name for e in exports)} and the prepared "
+        f"module.mlir to {args.emit_mlir}/")
+
+
+def _short_compile_error(e, cpu: str) -> str:
+    """iree-compile's diagnostics, or one line for an LLVM CPU name it does not know
+    (LLVM then prints its whole table of CPUs and features)."""
+    text = str(e)
+    if "Unknown CPU for target" in text or "is not a recognized processor" in text:
+        return (f"--cpu {cpu!r} is not a CPU LLVM knows; use host, generic, or an LLVM CPU "
+                f"name such as x86-64-v3, skylake, znver4 or apple-m1.")
+    return text

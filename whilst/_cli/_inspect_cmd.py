@@ -4,8 +4,8 @@ from __future__ import annotations
 import shlex
 
 from whilst._cli._errors import CLIError
-from whilst._cli._leaves import describe_call, describe_dims, leaf_paths
-from whilst.runtime import _signature as sig
+from whilst._cli._leaves import describe_call, describe_dims, file_name, input_paths, leaf_paths
+from whilst.runtime import signature as sig
 
 
 def main(args, out=print) -> None:
@@ -15,9 +15,11 @@ def main(args, out=print) -> None:
         info = describe(args.module)
     except (LoadError, FileNotFoundError) as e:
         raise CLIError(f"{args.module}: {e}") from None
-    seal = ("whilst checksum verified" if info.sealed
-            else "no whilst checksum (not compiled by whilst)")
+    seal = ("whilst seal verified (SHA-256)" if info.sealed
+            else "no whilst seal (not compiled by whilst); its CRC-32s verified")
     out(f"{args.module}: {info.size / 1024:.1f} KiB, {seal}")
+    out("  the checksums detect damage, not tampering: a .vmfb contains native code, so "
+        "load only modules from sources you trust")
     out(f"targets: {info.describe_targets()}")
     driver = info.drivers[0] if info.drivers else "local-sync"
     for name, s in info.functions.items():
@@ -26,7 +28,7 @@ def main(args, out=print) -> None:
             out(f"function {name} (no whilst signature)")
             continue
         out(f"function {describe_call(name, s)}")
-        in_paths = leaf_paths(s["inputs"], "args")
+        in_paths = input_paths(s)
         out("  inputs (one --input .npy each, in this order):")
         for k, (p, a) in enumerate(zip(in_paths, s["input_avals"])):
             out(f"    {k}  {p:<20} {sig.format_aval(a)}")
@@ -37,8 +39,7 @@ def main(args, out=print) -> None:
         if dims:
             out(f"  symbolic dimensions: {', '.join(dims)} (any size >= 1, the same size "
                 f"wherever a name appears)")
-        files = [f"--input=@{p.replace('[', '').replace(']', '').replace(chr(39), '')}.npy"
-                 for p in in_paths]
+        files = [f"--input=@{file_name(p)}.npy" for p in in_paths]
         cmd = ["iree-run-module", f"--module={args.module}", f"--device={driver}",
                f"--function={name}", *files]
         out("  equivalent iree-run-module command line:")

@@ -1,9 +1,7 @@
 """`whilst ir`: the IR of a function (and its gradient) with its While loops."""
 from __future__ import annotations
 
-import re
-
-from whilst._cli._errors import CLIError
+from whilst._cli._output import write_output
 from whilst._cli._user_fn import run_traced, targets
 
 
@@ -38,18 +36,29 @@ def main(args, out=print) -> None:
             out(str(closed))
         else:
             exp = run_traced(t, path, "exporting", lambda t=t: export(t.fn, *t.args, name=t.name))
-            text = exp.text
-            n = len(re.findall(r"stablehlo\.while", text))
-            out(f"//   {n} stablehlo.while op(s), marked with whilst.role / whilst.name")
-            out(text)
+            out(f"//   {_count_ops(exp.text, 'stablehlo.while')} stablehlo.while op(s), "
+                f"marked with whilst.role / whilst.name")
+            out(exp.text)
         out("")
     if args.graph:
         from whilst._cli._graph import render_svg
 
         svg = render_svg([(t.description, closed.jaxpr) for t, closed in traced])
-        try:
-            with open(args.graph, "w") as f:
-                f.write(svg)
-        except OSError as e:
-            raise CLIError(f"cannot write {args.graph!r}: {e.strerror}.") from None
+        write_output(args.graph, svg, args.force, "--graph")
         out(f"// wrote the loop structure to {args.graph}")
+
+
+def _count_ops(text: str, name: str) -> int:
+    """How many `name` ops the module `text` holds (parsed with the MLIR bindings)."""
+    from iree.compiler import ir
+
+    count = 0
+
+    def visit(op):
+        nonlocal count
+        count += op.operation.name == name
+        return ir.WalkResult.ADVANCE
+
+    with ir.Context():
+        ir.Module.parse(text).operation.walk(visit)
+    return count

@@ -11,13 +11,7 @@ import dataclasses
 import re
 
 from whilst._cli._errors import CLIError
-
-DTYPES = {
-    "bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-    "c64": "complex64", "c128": "complex128",
-}
+from whilst.runtime.signature import DTYPE_NAMES as DTYPES
 WIDE = {"int64", "uint64", "float64", "complex128"}
 _SPEC = re.compile(r"^\s*(?P<dtype>[A-Za-z0-9_]+)\s*(?:\[(?P<dims>[^\]]*)\])?\s*$")
 _DIM = re.compile(r"^(?:\d+|[A-Za-z0-9_+*\s]*[A-Za-z_][A-Za-z0-9_+*\s]*)$")
@@ -74,8 +68,3 @@ def to_shape_dtype_structs(specs):
             shape = s.dims
         out.append(jax.ShapeDtypeStruct(shape, s.dtype))
     return out
-
-
-def format_spec(dtype: str, dims) -> str:
-    short = {v: k for k, v in DTYPES.items()}
-    return f"{short.get(dtype, dtype)}[{','.join(map(str, dims))}]"

@@ -40,6 +40,10 @@ def load_function(ref: str):
     if not sep or not module_ref or not name:
         raise CLIError(f"{ref!r} does not name a function; write MODULE.py:FUNCTION, e.g. "
                        f"model.py:loss.")
+    if not name.isidentifier():
+        raise CLIError(f"{ref!r}: {name!r} is not a Python identifier; FUNCTION must be the "
+                       f"plain name of a function defined in {module_ref} (it also names the "
+                       f"compiled function and its files).")
     path = None
     try:
         if module_ref.endswith(".py"):
@@ -47,10 +51,12 @@ def load_function(ref: str):
                 raise CLIError(f"cannot find {module_ref!r} (looked in {os.getcwd()}); give "
                                f"the path to the Python file that defines {name}.")
             path = os.path.abspath(module_ref)
-            sys.path.insert(0, os.path.dirname(path))
-            spec = importlib.util.spec_from_file_location(
-                os.path.splitext(os.path.basename(path))[0], path)
+            stem = os.path.splitext(os.path.basename(path))[0]
+            _check_not_shadowing(stem, path)
+            sys.path.append(os.path.dirname(path))
+            spec = importlib.util.spec_from_file_location(stem, path)
             module = importlib.util.module_from_spec(spec)
+            setattr(module, _USER_MODEL, True)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
         else:
@@ -73,6 +79,26 @@ def load_function(ref: str):
                        and getattr(v, "__module__", None) == module.__name__)
         raise CLIError(f"{module_ref} has no function {name!r}; it defines {found}.")
     return fn, path or getattr(module, "__file__", None)
+
+
+_USER_MODEL = "__whilst_user_model__"
+
+
+def _check_not_shadowing(stem: str, path: str) -> None:
+    """Refuse a model file named like a module whilst or the model needs (numpy.py)."""
+    if getattr(sys.modules.get(stem), _USER_MODEL, False):
+        return  # a model file loaded before, in this process
+    if stem in sys.modules or stem in sys.stdlib_module_names:
+        raise CLIError(f"{os.path.relpath(path)} has the name of the module {stem!r} it would "
+                       f"hide (whilst and your code import it); rename the file, e.g. to "
+                       f"{stem}_model.py.")
+    try:
+        found = importlib.util.find_spec(stem)
+    except (ImportError, ValueError):
+        found = None
+    if found is not None and found.origin and os.path.abspath(found.origin) != path:
+        raise CLIError(f"{os.path.relpath(path)} has the name of the installed module "
+                       f"{stem!r} ({found.origin}); rename the file, e.g. to {stem}_model.py.")
 
 
 def parse_argnums(text: str, nargs: int):

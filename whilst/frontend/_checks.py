@@ -2,8 +2,10 @@
 says what was expected and what was found, and ends with what to do."""
 from __future__ import annotations
 
+import inspect
 import numbers
 import operator
+import warnings
 
 import numpy as np
 
@@ -28,6 +30,26 @@ def check_callables(cond, body, names=("cond", "body"), takes="one argument per 
                 f"{type(fn).__name__} {fn!r}. Pass a function or a lambda.")
 
 
+def check_unpacking(cond, body, loop_vars):
+    """cond and body can be called as `fn(*loop_vars)` (the TF signature), or a
+    TypeError that shows how to write them."""
+    for arg, fn in (("cond", cond), ("body", body)):
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # builtins and C functions: checked by the call
+            continue
+        try:
+            signature.bind(*loop_vars)
+        except TypeError as e:
+            raise TypeError(
+                f"while_loop: {arg} is called as {arg}(*loop_vars), with one argument per "
+                f"entry of loop_vars ({len(loop_vars)} here), as in tf.compat.v1.while_loop, "
+                f"but it cannot take them ({e}). Write it as `lambda "
+                f"{', '.join(f'v{k}' for k in range(len(loop_vars)))}: ...`; for "
+                f"jax.lax.while_loop's style, wrap the state once: loop_vars=[state]. "
+                f"(whilst.lax.while_loop has jax.lax's signature.)") from None
+
+
 def check_loop_vars(loop_vars):
     if not isinstance(loop_vars, (list, tuple)):
         raise TypeError(
@@ -42,13 +64,51 @@ def check_loop_vars(loop_vars):
 
 def to_array(path: str, leaf, api="while_loop"):
     """A loop-variable leaf as a JAX array, or a TypeError naming its path."""
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        _check_narrowing(path, np.asarray(leaf), api)
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
             leaf, "__jax_array__"):
-        return jax.numpy.asarray(leaf)
+        try:
+            return jax.numpy.asarray(leaf)
+        except OverflowError as e:  # a Python int beyond the default integer type
+            raise ValueError(f"{api}: {path} is {leaf!r}, which does not fit JAX's "
+                             f"integer type ({e}). Enable 64-bit types with "
+                             f"jax.config.update('jax_enable_x64', True), or pass a float."
+                             ) from None
     raise TypeError(
         f"{api}: {path} must be an array or a Python/numpy scalar; found "
         f"{type(leaf).__name__} {leaf!r}. Loop variables are pytrees (tuples, lists, "
         f"namedtuples, dicts) whose leaves are arrays.")
+
+
+def _check_narrowing(path: str, arr: np.ndarray, api: str) -> None:
+    """Without jax x64, JAX computes 64-bit numpy values in 32 bits: refuse values that
+    would wrap or overflow, and warn (once per path) when values are rounded."""
+    if jax.config.jax_enable_x64 or arr.dtype.itemsize < 8 or arr.dtype.kind not in "iuf":
+        return
+    narrow = np.dtype(arr.dtype.kind + "4")
+    enable = "jax.config.update('jax_enable_x64', True)"
+    if arr.dtype.kind in "iu":
+        info = np.iinfo(narrow)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise ValueError(
+                f"{api}: {path} is {arr.dtype} with values outside {narrow.name}'s range "
+                f"[{info.min}, {info.max}], and jax_enable_x64 is off, so JAX would wrap them "
+                f"to {narrow.name}. Enable 64-bit types with {enable}, or keep the values in "
+                f"range.")
+        return
+    with np.errstate(over="ignore"):
+        cast = arr.astype(narrow)
+    if np.any(np.isinf(cast) & np.isfinite(arr)):
+        raise ValueError(
+            f"{api}: {path} is float64 with values beyond float32's range, and "
+            f"jax_enable_x64 is off, so JAX would make them inf. Enable 64-bit types with "
+            f"{enable}, or rescale them.")
+    if np.any((cast != arr) & ~np.isnan(arr)):
+        warnings.warn(
+            f"{api}: {path} is float64, but jax_enable_x64 is off, so the loop computes "
+            f"it in float32 and its values are rounded. Enable 64-bit types with {enable}, "
+            f"or pass float32 to silence this warning.", stacklevel=5)
 
 
 def check_parallel_iterations(parallel_iterations):
@@ -169,4 +229,26 @@ def check_checkpoints(checkpoints) -> int | None:
         raise ValueError(f"while_loop: checkpoints must be a positive int or None; found "
                          f"{checkpoints}. Pass 1 or more (1 keeps only the initial state and "
                          f"recomputes quadratically).")
+    if checkpoints > UNBOUNDED:
+        raise ValueError(f"while_loop: checkpoints must be at most {UNBOUNDED} (a loop runs "
+                         f"at most that many iterations); found {checkpoints}. A few dozen "
+                         f"suffice: recomputation grows only logarithmically as they shrink.")
     return int(checkpoints)
+
+
+MAX_CHECKPOINT_BYTES = 2**34
+
+
+def check_checkpoint_memory(checkpoints: int | None, leaves) -> None:
+    """Refuse `checkpoints=K` whose K copies of the loop variables exceed 16 GiB."""
+    if checkpoints is None:
+        return
+    per_copy = sum(int(np.prod(x.shape, dtype=object)) * np.dtype(x.dtype).itemsize
+                   for x in leaves)
+    if checkpoints * per_copy > MAX_CHECKPOINT_BYTES:
+        raise ValueError(
+            f"while_loop: checkpoints={checkpoints} keeps {checkpoints} copies of loop_vars "
+            f"({per_copy} bytes each, {checkpoints * per_copy / 2**30:.1f} GiB in all), more "
+            f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows. Pass fewer, e.g. "
+            f"checkpoints={max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1) // 1024)}: "
+            f"recomputation grows only logarithmically as they shrink.")

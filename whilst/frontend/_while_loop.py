@@ -74,8 +74,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         maximum_iterations or checkpoints, shape_invariants that do not fit, body output of
         another shape.
     """
-    checks.check_callables(cond, body)
     checks.check_loop_vars(loop_vars)
+    checks.check_callables(cond, body)
+    checks.check_unpacking(cond, body, loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
     checks.check_unroll(unroll)
@@ -87,6 +88,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     leaves = [checks.to_array(checks.path_name("loop_vars", p), x)
               for p, x in leaves_with_paths]
     leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
+    checks.check_checkpoint_memory(checkpoints, leaves)
     invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
                                                    leaves_with_paths)
     carry_avals = [ShapedArray(x.shape, x.dtype) for x in leaves]

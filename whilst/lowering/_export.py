@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import jax
 import numpy as np
 
-from whilst.runtime._signature import LEAF, encode_tree
+from whilst.runtime.signature import LEAF, encode_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +19,7 @@ class Exported:
       serialized: the versioned, portable StableHLO artifact (VHLO bytecode).
       text: the same module as readable StableHLO text.
       signature: JSON-able input/output pytree structure, shapes and dtypes
-        (see `whilst.runtime._signature`).
+        (see `whilst.runtime.signature`).
       exported: the underlying `jax.export.Exported`.
     """
     name: str
@@ -50,8 +51,15 @@ def export(fn, *example_args, name: str = "main") -> Exported:
       name: the function's name in compiled modules.
 
     Returns:
-      An `Exported` with the VHLO artifact, the text and the signature.
+      An `Exported` with the VHLO artifact, the text and the signature (which
+      records the argument names of `fn`'s Python signature, when it has them).
+
+    Raises:
+      ValueError: `name` is not a Python identifier (it names files and symbols).
     """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"export: name must be a Python identifier (it becomes a symbol "
+                         f"and file names); found {name!r}. Pass e.g. name='loss'.")
     specs = jax.tree_util.tree_map(
         lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
@@ -64,5 +72,20 @@ def export(fn, *example_args, name: str = "main") -> Exported:
         "outputs": _tree_json(exp.out_tree),
         "output_avals": [_aval_json(a) for a in exp.out_avals],
     }
+    names = _arg_names(fn, len(example_args))
+    if names is not None:
+        signature["arg_names"] = names
     return Exported(name=name, serialized=bytes(exp.mlir_module_serialized),
                     text=exp.mlir_module(), signature=signature, exported=exp)
+
+
+def _arg_names(fn, nargs: int) -> list[str] | None:
+    """The names of `fn`'s first `nargs` positional parameters, or None when its
+    signature does not name them all (`*args`, builtins, C functions)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p.name for p in params
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return positional[:nargs] if len(positional) >= nargs else None

@@ -24,30 +24,11 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
-import dataclasses
-
 from whilst.lowering._iree_loops import distinct_loop_inits
-from whilst.runtime._signature import REFLECTION_KEY, TARGETS_KEY, dumps
+from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
+from whilst.runtime.targets import TARGETS
 
 AFFINITY = "#hal.device.affinity<@__device_0>"
-
-
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """An IREE target: the flags that select it and the runtime driver that runs it."""
-    name: str
-    device: str
-    driver: str
-    drivers: tuple[str, ...]
-
-
-TARGETS = {
-    "llvm-cpu": Target("llvm-cpu", "local", "local-sync", ("local-sync", "local-task")),
-    "vulkan-spirv": Target("vulkan-spirv", "vulkan", "vulkan", ("vulkan",)),
-    "cuda": Target("cuda", "cuda", "cuda", ("cuda",)),
-    "rocm": Target("rocm", "hip", "hip", ("hip",)),
-}
-DEFAULT_GPU_ARCH = {"cuda": "sm_80", "rocm": "gfx942", "vulkan-spirv": None}
 
 
 class CompileError(RuntimeError):
@@ -133,15 +114,15 @@ def _check_targets(targets) -> None:
 def _gpu_arch(target: str, gpu_arch) -> str | None:
     """`gpu_arch` is None, one architecture for every GPU target, or {target: arch}."""
     if isinstance(gpu_arch, dict):
-        return gpu_arch.get(target) or DEFAULT_GPU_ARCH.get(target)
-    return gpu_arch or DEFAULT_GPU_ARCH.get(target)
+        return gpu_arch.get(target) or TARGETS[target].default_arch
+    return gpu_arch or TARGETS[target].default_arch
 
 
 def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
 
     `gpu_arch` is one architecture for every GPU target or a dict
-    `{target: arch}`; GPU targets without one get `DEFAULT_GPU_ARCH`.
+    `{target: arch}`; GPU targets without one get their `Target.default_arch`.
     """
     _check_targets(targets)
     devices = ",".join(TARGETS[t].device for t in targets)

@@ -8,10 +8,11 @@ import threading
 
 import numpy as np
 
-from whilst.runtime import _signature as sig
-from whilst.runtime._module_file import LoadError, info, parse, read_bytes, unseal
-
-DRIVERS = ("local-sync", "local-task", "cuda", "vulkan", "hip")
+from whilst.runtime import signature as sig
+from whilst.runtime._errors import LoadError
+from whilst.runtime._inputs import convert, convert_untyped
+from whilst.runtime._module_file import checked_module, info, parse, read_bytes
+from whilst.runtime.targets import DRIVERS
 
 
 def _iree():
@@ -39,17 +40,45 @@ class Function:
         return (f"<whilst function {self.name}{sig.describe_tree(s['inputs'], s['input_avals'])}"
                 f" -> {sig.describe_tree(s['outputs'], s['output_avals'])}>")
 
-    def __call__(self, *args):
-        flat = self._flatten_inputs(args)
+    def __call__(self, *args, **kwargs):
+        """Call with the exported function's arguments, positionally or by the names
+        `arg_names` lists; inputs follow the casting rule of `whilst.runtime._inputs`."""
+        flat = self._flatten_inputs(self._bind(args, kwargs))
         outs = self._module._invoke(self.name, flat)
         outs = [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
         if self.signature is None:
             return outs[0] if len(outs) == 1 else outs
         return sig.unflatten(self.signature["outputs"], outs)
 
+    @property
+    def arg_names(self) -> list[str] | None:
+        """The exported function's argument names, when the module records them."""
+        return None if self.signature is None else self.signature.get("arg_names")
+
+    def _bind(self, args, kwargs) -> tuple:
+        if not kwargs:
+            return args
+        names = self.arg_names
+        if names is None:
+            raise TypeError(f"{self.name}: this module records no argument names; pass the "
+                            f"arguments by position.")
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise TypeError(f"{self.name}: no argument named {unknown[0]!r}; its arguments "
+                            f"are {names}.")
+        twice = [n for n in names[:len(args)] if n in kwargs]
+        if twice:
+            raise TypeError(f"{self.name}: argument {twice[0]!r} given by position and by "
+                            f"name.")
+        missing = [n for n in names[len(args):] if n not in kwargs]
+        if missing:
+            raise TypeError(f"{self.name}: missing argument(s) {missing}; its arguments are "
+                            f"{names}.")
+        return (*args, *(kwargs[n] for n in names[len(args):]))
+
     def _flatten_inputs(self, args):
         if self.signature is None:
-            return [np.asarray(a) for a in args]
+            return [convert_untyped(a, f"args[{k}]") for k, a in enumerate(args)]
         s = self.signature
         try:
             leaves = sig.flatten(s["inputs"], tuple(args), "args")
@@ -59,18 +88,10 @@ class Function:
         bindings: dict[str, tuple[int, str]] = {}
         flat = []
         for (path, value), aval in zip(leaves, s["input_avals"]):
-            arr = np.asarray(value)
-            want = np.dtype(aval["dtype"])
-            if arr.dtype != want:
-                if np.can_cast(arr.dtype, want, "same_kind") and arr.ndim == 0 and \
-                        not isinstance(value, np.ndarray):
-                    arr = arr.astype(want)
-                else:
-                    raise ValueError(
-                        f"{self.name}: {path} has dtype {arr.dtype}, but the module expects "
-                        f"{sig.format_aval(aval)}; convert it with .astype({want.name}).")
+            arr = convert(value, np.dtype(aval["dtype"]), f"{self.name}: {path}",
+                          sig.format_aval(aval))
             self._check_shape(path, arr.shape, aval, bindings)
-            flat.append(arr if arr.flags.c_contiguous else arr.copy(order="C"))
+            flat.append(arr)
         return flat
 
     def _check_shape(self, path, shape, aval, bindings):
@@ -111,7 +132,7 @@ class Module:
 
     def __init__(self, data: bytes, driver: str):
         rt = _iree()
-        body = unseal(data)
+        body = checked_module(data)
         self.info = info(data, parse(rt.VmInstance(), body))
         targets = self.info.describe_targets()
         if self.info.drivers is not None and driver not in self.info.drivers:
@@ -173,12 +194,12 @@ class Module:
         except KeyError as e:
             raise AttributeError(str(e)) from None
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         """Call the module's only function (or `main`)."""
         if "main" in self.functions:
-            return self.functions["main"](*args)
+            return self.functions["main"](*args, **kwargs)
         if len(self.functions) == 1:
-            return next(iter(self.functions.values()))(*args)
+            return next(iter(self.functions.values()))(*args, **kwargs)
         raise TypeError(f"this module exports {sorted(self.functions)}; call one by name")
 
 

@@ -1,47 +1,20 @@
-"""The `.vmfb` file: its integrity seal and the metadata readable without a device.
+"""Reading a `.vmfb` file: its seal checked (`whilst.runtime.seal`), the IREE module
+parsed, and the whilst metadata validated, all without creating a device.
 
-whilst appends a seal to every module it compiles: `SEAL_MAGIC` and the
-SHA-256 of the IREE module before it. IREE ignores trailing bytes (the module
-still runs under `iree-run-module`), and the loader refuses a module whose
-seal does not match, so a corrupted module gives an error instead of running
-damaged machine code. Modules without a seal (from `iree-compile` itself)
-are checked by IREE's verifier only.
+Modules without a seal (from `iree-compile` itself) are checked by the CRC-32s
+of their ZIP entries (`_zip_check`) and by IREE's flatbuffer verifier.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import json
 import os
 
-from whilst.runtime import _signature as sig
-
-SEAL_MAGIC = b"\0whilst-sha256\0\0"
-_SEAL_LEN = len(SEAL_MAGIC) + 32
-
-
-class LoadError(RuntimeError):
-    """Loading or calling a module failed; the message says why and what to do."""
-
-
-def seal(data: bytes) -> bytes:
-    """`data` (an IREE module) followed by its whilst seal."""
-    return data + SEAL_MAGIC + hashlib.sha256(data).digest()
-
-
-def unseal(data: bytes) -> bytes:
-    """The IREE module inside `data`, after checking its seal if it has one.
-
-    Raises:
-      LoadError: the seal does not match (the file was changed or damaged).
-    """
-    if not is_sealed(data):
-        return data
-    body, digest = data[:-_SEAL_LEN], data[-32:]
-    if hashlib.sha256(body).digest() != digest:
-        raise LoadError("the module is corrupted: its contents do not match the checksum "
-                        "whilst stored when compiling it. Recompile it with `whilst compile` "
-                        "or copy it again.")
-    return body
+from whilst.runtime import signature as sig
+from whilst.runtime._errors import LoadError
+from whilst.runtime._zip_check import check_crcs
+from whilst.runtime.seal import is_sealed, unseal
+from whilst.runtime.targets import validate_metadata
 
 
 def read_bytes(path_or_bytes) -> bytes:
@@ -76,7 +49,7 @@ class ModuleInfo:
 
     Attributes:
       functions: exported function name -> its whilst signature (see
-        `whilst.runtime._signature`), or None for a function whilst did not export.
+        `whilst.runtime.signature`), or None for a function whilst did not export.
       targets: `[{"name", "arch", "drivers"}, ...]` the module was compiled for,
         or None when it does not record them.
       sealed: whether the module carries a whilst seal (checked on reading).
@@ -105,10 +78,6 @@ def _describe_target(target: dict) -> str:
     return f"{target['name']}{arch} -> driver {' or '.join(target['drivers'])}"
 
 
-def is_sealed(data: bytes) -> bool:
-    return len(data) >= _SEAL_LEN and data[-_SEAL_LEN:-32] == SEAL_MAGIC
-
-
 def describe(path_or_bytes) -> ModuleInfo:
     """Read a module's functions, signatures and targets without creating a device.
 
@@ -124,7 +93,19 @@ def parse_module(data: bytes):
     """The unsealed `VmModule` of `data` in a VM instance of its own."""
     import iree.runtime as rt
 
-    return parse(rt.VmInstance(), unseal(data))
+    return parse(rt.VmInstance(), checked_module(data))
+
+
+def checked_module(data: bytes) -> bytes:
+    """The IREE module inside `data`: its seal checked if it has one, else its CRCs.
+
+    Raises:
+      LoadError: the module was changed or damaged.
+    """
+    if is_sealed(data):
+        return unseal(data)
+    check_crcs(data)
+    return data
 
 
 def info(data: bytes, vm_module) -> ModuleInfo:
@@ -134,9 +115,18 @@ def info(data: bytes, vm_module) -> ModuleInfo:
         if name.startswith("__"):
             continue
         reflection = vm_module.lookup_function(name).reflection
-        functions[name] = (sig.loads(reflection[sig.REFLECTION_KEY])
+        functions[name] = (_metadata(name, reflection[sig.REFLECTION_KEY], sig.validate)
                            if sig.REFLECTION_KEY in reflection else None)
         if sig.TARGETS_KEY in reflection:
-            targets = sig.loads(reflection[sig.TARGETS_KEY])
+            targets = _metadata(name, reflection[sig.TARGETS_KEY], validate_metadata)
     return ModuleInfo(functions=functions, targets=targets, sealed=is_sealed(data),
                       size=len(data))
+
+
+def _metadata(function: str, text: str, validate):
+    """Reflection metadata `text` parsed and validated, or a LoadError."""
+    try:
+        return validate(json.loads(text))
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        raise LoadError(f"the whilst metadata of function {function!r} is damaged ({e}). "
+                        f"Recompile the module with `whilst compile`.") from None

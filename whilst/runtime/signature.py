@@ -1,16 +1,19 @@
-"""Function signatures stored in a module's IREE reflection metadata, in plain Python.
+"""Function signatures stored in a module's IREE reflection metadata, in plain Python
+(shared by the compiler, which writes them, and the runtime, which reads them).
 
 A signature is JSON::
 
     {"name": "main",
      "inputs":  <tree>, "input_avals":  [{"shape": [2, "b"], "dtype": "float32"}, ...],
-     "outputs": <tree>, "output_avals": [...]}
+     "outputs": <tree>, "output_avals": [...],
+     "arg_names": ["x", "w"]}
 
 where <tree> describes a pytree: `{"leaf": null}`, `{"none": null}`,
 `{"tuple": [...]}`, `{"list": [...]}`, `{"dict": {"keys": [...], "values": [...]}}`
 (keys sorted, as JAX flattens them) or
 `{"namedtuple": {"name": N, "fields": [...], "values": [...]}}`.
-Dimensions are ints, or strings for symbolic dimensions.
+Dimensions are ints, or strings for symbolic dimensions. `inputs` is a tuple with
+one entry per positional argument; `arg_names` (optional) names them.
 """
 from __future__ import annotations
 
@@ -146,9 +149,14 @@ def describe_tree(tree: dict, avals: list[dict]) -> str:
     return render(tree)
 
 
-_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
-          "int32": "i32", "int64": "i64", "int16": "i16", "int8": "i8", "uint8": "u8",
-          "uint32": "u32", "bool": "bool", "complex64": "c64"}
+DTYPE_NAMES = {
+    "bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "c64": "complex64", "c128": "complex128",
+}
+"""Short dtype names (as in `f32[8,4]`) -> numpy dtype names."""
+_SHORT = {v: k for k, v in DTYPE_NAMES.items()}
 
 
 def format_aval(aval: dict) -> str:
@@ -160,5 +168,72 @@ def dumps(signature: dict) -> str:
     return json.dumps(signature, separators=(",", ":"), sort_keys=True)
 
 
-def loads(text: str) -> dict:
+def loads(text: str):
     return json.loads(text)
+
+
+def validate(signature) -> dict:
+    """`signature` if it is a well-formed signature (see the module doc), else a
+    ValueError saying what is wrong, so damaged metadata never reaches the loader."""
+    _expect(isinstance(signature, dict), "a signature is a JSON object", signature)
+    for key in ("name", "inputs", "input_avals", "outputs", "output_avals"):
+        _expect(key in signature, f"the signature has no {key!r}", signature)
+    _expect(isinstance(signature["name"], str), "'name' is a string", signature["name"])
+    for tree, avals in (("inputs", "input_avals"), ("outputs", "output_avals")):
+        _validate_tree(signature[tree])
+        _expect(isinstance(signature[avals], list) and
+                len(signature[avals]) == count_leaves(signature[tree]),
+                f"{avals!r} has one entry per leaf of {tree!r}", signature[avals])
+        for aval in signature[avals]:
+            _validate_aval(aval)
+    _expect("tuple" in signature["inputs"], "'inputs' is a tuple", signature["inputs"])
+    names = signature.get("arg_names")
+    if names is not None:
+        _expect(isinstance(names, list) and len(names) == len(signature["inputs"]["tuple"])
+                and all(isinstance(n, str) and n.isidentifier() for n in names),
+                "'arg_names' has one identifier per argument", names)
+    return signature
+
+
+def _expect(ok: bool, what: str, found) -> None:
+    if not ok:
+        raise ValueError(f"malformed signature: expected {what}; found {str(found)[:80]}")
+
+
+def _validate_tree(tree) -> None:
+    _expect(isinstance(tree, dict) and len(tree) == 1, "a tree node {kind: body}", tree)
+    (kind, body), = tree.items()
+    if kind in ("leaf", "none"):
+        _expect(body is None, f"{kind!r} has no body", body)
+        return
+    if kind in ("tuple", "list"):
+        _expect(isinstance(body, list), f"{kind!r} holds a list", body)
+        children = body
+    elif kind == "dict":
+        _expect(isinstance(body, dict) and isinstance(body.get("keys"), list)
+                and isinstance(body.get("values"), list)
+                and len(body["keys"]) == len(body["values"])
+                and all(isinstance(k, (str, int)) for k in body["keys"]),
+                "'dict' holds keys and values", body)
+        children = body["values"]
+    elif kind == "namedtuple":
+        _expect(isinstance(body, dict) and isinstance(body.get("name"), str)
+                and body["name"].isidentifier() and isinstance(body.get("fields"), list)
+                and all(isinstance(f, str) and f.isidentifier() for f in body["fields"])
+                and isinstance(body.get("values"), list)
+                and len(body["fields"]) == len(body["values"]),
+                "'namedtuple' holds a name, fields and values", body)
+        children = body["values"]
+    else:
+        _expect(False, "a node kind among leaf, none, tuple, list, dict, namedtuple", kind)
+    for child in children:
+        _validate_tree(child)
+
+
+def _validate_aval(aval) -> None:
+    _expect(isinstance(aval, dict) and isinstance(aval.get("shape"), list)
+            and isinstance(aval.get("dtype"), str) and aval["dtype"].isidentifier(),
+            "an aval {shape, dtype} with a dtype name", aval)
+    for d in aval["shape"]:
+        _expect((isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+                or (isinstance(d, str) and d != ""), "dimensions that are ints >= 0 or names", d)

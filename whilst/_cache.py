@@ -1,0 +1,70 @@
+"""The compile cache: compiled modules keyed by what determines them, the prepared
+module text, the iree-compile flags and the IREE compiler's version.
+
+Entries live in `$WHILST_CACHE_DIR` (default `~/.cache/whilst`, or under
+`$XDG_CACHE_HOME`); `WHILST_CACHE_DIR=off` (or `cache=False`, `whilst compile
+--no-cache`) disables it. Entries are sealed modules written atomically; one whose
+seal does not verify is ignored (and replaced), never loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+from whilst._files import write_file
+from whilst.runtime import LoadError
+from whilst.runtime.seal import is_sealed, unseal
+
+DISABLED = "off"
+
+
+def directory(cache=None) -> str | None:
+    """The cache directory: `cache` if it is a path, None if it is False or the cache
+    is disabled, else from the environment (see the module doc)."""
+    if cache is False:
+        return None
+    if cache not in (None, True):
+        return os.fspath(cache)
+    env = os.environ.get("WHILST_CACHE_DIR")
+    if env == DISABLED:
+        return None
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "whilst")
+
+
+def key(text: str, flags: list[str]) -> str:
+    from iree.compiler import version
+
+    h = hashlib.sha256()
+    for part in (version.VERSION, *version.REVISIONS.values(), *flags, text):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def lookup(where: str | None, entry: str) -> bytes | None:
+    """The sealed module cached under `entry`, or None (missing, unreadable, damaged)."""
+    if where is None:
+        return None
+    try:
+        with open(os.path.join(where, entry + ".vmfb"), "rb") as f:
+            data = f.read()
+        if is_sealed(data):
+            unseal(data)
+            return data
+    except (OSError, LoadError):
+        pass
+    return None
+
+
+def store(where: str | None, entry: str, sealed: bytes) -> None:
+    """Cache `sealed` under `entry`; a cache that cannot be written is skipped."""
+    if where is None:
+        return
+    try:
+        os.makedirs(where, exist_ok=True)
+        write_file(os.path.join(where, entry + ".vmfb"), sealed, force=True)
+    except OSError:
+        pass
