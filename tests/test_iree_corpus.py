@@ -577,7 +577,7 @@ def test_runtime_failure_is_one_clear_error():
     import pathlib
 
     from whilst.lowering import compile_text
-    from whilst.runtime._module_file import seal
+    from whilst.runtime.seal import seal
 
     text = (pathlib.Path(__file__).parent.parent / "bench" / "iree_limits" /
             "barrier_on_constant_init.mlir").read_text()
