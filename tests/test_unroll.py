@@ -94,3 +94,130 @@ def test_automatic_unroll_prefers_tiny_bodies():
 def test_unroll_must_be_a_positive_int():
     with pytest.raises(ValueError, match="unroll must be None"):
         whilst.while_loop(lambda i: i < 2, lambda i: i + 1, [0], unroll=0)
+
+
+# Reverse mode with unrolling: the forward While pushes the residual rows of k steps
+# as one chunk and the gradient While pops one chunk per emitted iteration.
+
+def sin_steps(k, bound):
+    def f(x, w, n):
+        return whilst.while_loop(lambda i, x: i < n,
+                                 lambda i, x: (i + 1, jnp.sin(x) * w + 0.1 * x[::-1]),
+                                 [0, x], maximum_iterations=bound, unroll=k)
+    return f
+
+
+def sin_steps_loss(k, bound):
+    return lambda x, w, n: jnp.sum(sin_steps(k, bound)(x, w, n)[1] ** 2)
+
+
+def sin_steps_oracle(x, w, n):
+    """jax.grad of the same steps unrolled by Python (no whilst)."""
+    def loss(x, w):
+        for _ in range(n):
+            x = jnp.sin(x) * w + 0.1 * x[::-1]
+        return jnp.sum(x ** 2)
+    return jax.grad(loss, argnums=(0, 1))(x, w)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k):
+    bound = 2 * k + 1
+    x, w = np.array([0.3, -0.2, 0.9, 0.5], np.float32), np.float32(0.8)
+    grad = lambda k: jax.grad(sin_steps_loss(k, bound), argnums=(0, 1))  # noqa: E731
+    specs = (x, w, np.int32(0))
+    grad_k = whilst.export(grad(k), *specs, name="grad_k")
+    roles = {role: f"whilst.role = \"{role}\", whilst.unroll = {k}" for role in
+             ("forward", "gradient")}
+    assert all(r in grad_k.text for r in roles.values()), "both loops unroll k steps"
+    module = whilst.compile(
+        [whilst.export(sin_steps(1, bound), *specs, name="fwd_1"),
+         whilst.export(sin_steps(k, bound), *specs, name="fwd_k"),
+         whilst.export(grad(1), *specs, name="grad_1"), grad_k]).load()
+    for n in range(0, 2 * k + 2):
+        n = np.int32(n)
+        (i1, y1), (ik, yk) = module.fwd_1(x, w, n), module.fwd_k(x, w, n)
+        assert int(ik) == int(i1) == n
+        np.testing.assert_array_equal(yk, y1)
+        want = sin_steps_oracle(x, w, int(n))
+        for g1, gk, o in zip(module.grad_1(x, w, n), module.grad_k(x, w, n), want):
+            np.testing.assert_allclose(gk, g1, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(gk, o, rtol=1e-5, atol=1e-6)
+
+
+def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
+    """Batched pushes (one chunk for all lanes) and per-lane pops."""
+    xs = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+    ns = np.array([0, 1, 4, 7], np.int32)
+    w = np.float32(0.7)
+    grad = jax.vmap(jax.grad(sin_steps_loss(3, 7), argnums=(0, 1)), in_axes=(0, None, 0))
+    module = whilst.compile(grad, xs, w, ns).load()
+    gx, gw = module.main(xs, w, ns)
+    for lane, n in enumerate(ns):
+        want_x, want_w = sin_steps_oracle(xs[lane], w, int(n))
+        np.testing.assert_allclose(gx[lane], want_x, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gw[lane], want_w, rtol=1e-5, atol=1e-6)
+
+
+def _unroll_factors(stablehlo_text):
+    """The `whilst.unroll` attribute of each `stablehlo.while`, in program order."""
+    from iree.compiler import ir
+
+    factors = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.while":
+            factors.append(ir.IntegerAttr(op.operation.attributes["whilst.unroll"]).value)
+        return ir.WalkResult.ADVANCE
+
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        ir.Module.parse(stablehlo_text).operation.walk(visit)
+    return factors
+
+
+def _loop_blocks(stream_text):
+    """`[(loads, dispatches)]` for each block of the stream-phase entry function that
+    branches back to itself (an emitted loop), counting `stream.resource.load`
+    (device-to-host readbacks) and `stream.cmd.dispatch` ops."""
+    from iree.compiler import ir
+
+    loops = []
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(stream_text)
+        for func in module.body.operations:
+            if func.operation.name != "util.func" or not func.regions[0].blocks:
+                continue
+            for block in func.regions[0].blocks:
+                if block not in list(list(block.operations)[-1].operation.successors):
+                    continue
+                counts = {"stream.resource.load": 0, "stream.cmd.dispatch": 0}
+
+                def visit(op, counts=counts):
+                    if op.operation.name in counts:
+                        counts[op.operation.name] += 1
+                    return ir.WalkResult.ADVANCE
+
+                for op in block.operations:
+                    op.operation.walk(visit)
+                loops.append(tuple(counts.values()))
+    return loops
+
+
+def test_unrolled_gradient_reads_back_twice_per_emitted_iteration():
+    """The push/pop gradient of a tiny body: each emitted iteration of the forward
+    and of the gradient While reads back two scalars (the chunk's row index and the
+    predicate) for its k steps, never one per step."""
+    from whilst.lowering import compile_to_stream, prepare
+
+    x = np.ones(64, np.float32)
+    grad = jax.grad(lambda x, n: jnp.sum(sin_steps(None, 1000)(x, 0.9, n)[1]))
+    exported = whilst.export(grad, x, np.int32(5))
+    ks = _unroll_factors(exported.text)
+    assert len(ks) == 2 and min(ks) >= 16, ks
+    loops = _loop_blocks(compile_to_stream(prepare([exported])))
+    assert len(loops) == 2, loops
+    for (loads, dispatches), k in zip(loops, ks):
+        assert loads <= 2, loops
+        assert dispatches <= 3 * k, loops  # the steps' dispatches, no per-step copies

@@ -208,9 +208,11 @@ def _batching_rule(axis_data, args, dims, **params):
     sp = StackParams.of(params)
     _, body_dims, _, _ = split_operands(dims, params["cond_nconsts"], params["body_nconsts"])
     if split_pops(body_dims, sp.pops)[1] is not None:
-        operands, params = explicit_form(args, params)
-        return _batching_rule(axis_data, operands,
-                              [*dims, *[None] * (len(operands) - len(args))], **params)
+        def one_example(*operands):
+            new_operands, new_params = explicit_form(operands, params)
+            return functional_while_p.bind(*new_operands, **new_params)
+        out = jax.vmap(one_example, in_axes=tuple(dims), axis_size=axis_data.size)(*args)
+        return out, [0] * len(out)
     return _batch_stack_aware(axis_data, args, dims, sp,
                               **{k: v for k, v in params.items() if k not in NO_STACKS})
 

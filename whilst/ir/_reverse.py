@@ -37,7 +37,8 @@ K carries kept, steps recomputed); `_linearize.py` chooses.
 
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. A
-`unroll` given to `while_loop` applies to the loop as written and to (a).
+`unroll` given to `while_loop` applies to the loop as written, to (a) and to
+the gradient While.
 
 Residual choice: only what `body_linear` reads is kept; residuals computed from
 loop constants alone are hoisted out of the loop and computed once; constants
@@ -252,7 +253,7 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
                                           *dcarry_avals], "linear_while_body")
 
     # (a) the primal While, pushing the residual rows of each step.
-    grad_unroll = unroll_factor(always_true([]), lin_body, None)
+    grad_unroll = unroll_factor(always_true([]), lin_body, unroll)
     fwd_unroll = unroll_factor(cond_jaxpr, primal_jaxpr, unroll)
     pad = grad_unroll - 1
     n, *outs = functional_while(
