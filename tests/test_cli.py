@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import whilst as whilst_api
 from whilst.cli import main
 
 MODEL = textwrap.dedent('''
@@ -179,8 +180,15 @@ def test_ir_prints_while_loops_and_draws_them(work, capsys):
     assert "functional_while[" in out and "role=gradient" in out
     svg = (work / "loops.svg").read_text()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    namespace = {}
+    exec(MODEL, namespace)
+    report = whilst_api.residual_report(namespace["loss"], np.ones((3, 4), np.float32),
+                                        np.ones((4, 4), np.float32))
+    stack = report.loops[0].stack_shapes[0][0]
+    assert stack[0] >= 20 and stack[1:] == (3, 4)  # at least maximum_iterations rows
     for text in ("While  ·  forward  ·  'rnn'", "While  ·  gradient  ·  'rnn'",
-                 "f32[20,3,4]", "from the forward While 'rnn'", ">cond<", ">body<"):
+                 f"f32[{','.join(map(str, stack))}]", "from the forward While 'rnn'",
+                 ">cond<", ">body<"):
         assert text in svg, text
     code, out, _ = whilst(work, "ir", "model.py:loss", "--arg", "f32[3,4]", "--arg",
                           "f32[4,4]", "--stage", "stablehlo", capsys=capsys)

@@ -253,8 +253,10 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
                                           *dcarry_avals], "linear_while_body")
 
     # (a) the primal While, pushing the residual rows of each step.
-    grad_unroll = unroll_factor(always_true([]), lin_body, unroll)
-    fwd_unroll = unroll_factor(cond_jaxpr, primal_jaxpr, unroll)
+    # (no more steps per iteration than the loop can take: padding stays below the bound)
+    steps = max(static_bound, 1)
+    grad_unroll = min(unroll_factor(always_true([]), lin_body, unroll), steps)
+    fwd_unroll = min(unroll_factor(cond_jaxpr, primal_jaxpr, unroll), steps)
     pad = grad_unroll - 1
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
