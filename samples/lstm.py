@@ -109,6 +109,14 @@ def adam(train_step, weights, data, steps, lr=0.01, b1=0.9, b2=0.999, eps=1e-8):
     return weights, losses
 
 
+def bench_program(hidden=32, batch_size=64, max_length=20):
+    """`(fn, args)` for bench/iree_vs_jax.py: one training step's loss and gradient."""
+    rng = np.random.default_rng(0)
+    weights = init_weights(rng, hidden)
+    return (jax.value_and_grad(loss, argnums=(0, 1, 2)),
+            (*weights, *batch(rng, batch_size, max_length)))
+
+
 def run(hidden=32, batch_size=64, max_length=20, train_steps=300, figure=None):
     """Export, compile, check the first step against the oracle, then train on IREE."""
     rng = np.random.default_rng(0)

@@ -103,6 +103,11 @@ def implicit_function_jacobian(u, theta):
     return -jnp.linalg.solve(dF_du, dF_dtheta)
 
 
+def bench_program(n=64, lam=3.2, s=1.0):
+    """`(fn, args)` for bench/iree_vs_jax.py: du*/dtheta (jacrev through the solver)."""
+    return (jax.jacrev(lambda theta: root(theta, n)), (np.array([lam, s], np.float32),))
+
+
 def run(n=64, lams=(0.5, 1.5, 2.5, 3.0, 3.2), s=1.0, figure=None):
     """Export, compile, run on IREE and compare with JAX; returns the numbers."""
     theta = np.array([lams[-1], s], np.float32)

@@ -143,6 +143,14 @@ def adam(grad_fn, x, steps, lr=0.03, b1=0.9, b2=0.999, eps=1e-8):
     return x, losses
 
 
+def bench_program():
+    """`(fn, args)` for bench/iree_vs_jax.py: the loss and its gradient at the
+    initial guess (what each Adam step calls)."""
+    t_obs, y_obs = observations(20)
+    start = np.log(TRUE_PARAMS * np.array([0.7, 0.7, 1.4, 1.4], np.float32))
+    return jax.value_and_grad(loss), (start, Y0, t_obs, y_obs)
+
+
 def run(n_obs=20, train_steps=400, figure=None):
     """Export, compile, check the first gradient against JAX, then fit on IREE."""
     t_obs, y_obs = observations(n_obs)

@@ -27,10 +27,11 @@ Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
     return ct_consts, ct_carry
 
 The pushes and pops are the loops' own (`_stacks.py`), so the lowering moves
-the rows of k unrolled steps as one chunk. Both unroll factors are fixed here:
-the forward's k_f sizes the stacks (`rows` = pad + n rounded up to k_f) and the
-gradient's k_g sets `pad = k_g - 1` rows below step 0, so that its chunk reads
-never start below row 0.
+the rows of k unrolled steps as one chunk. The stacks are laid out here for the
+factors the lowering will choose when exporting: the forward's k_f sizes them
+(`rows` = pad + n rounded up to k_f) and the gradient's k_g sets `pad = k_g - 1`
+rows below step 0, so that its chunk reads never start below row 0. (The
+lowering never unrolls past what the layout allows.)
 
 With `checkpoints` set, `_checkpoint.py` linearizes instead (no bound needed,
 K carries kept, steps recomputed); `_linearize.py` chooses.
@@ -261,7 +262,7 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
     n, *outs = functional_while(
         cond_consts, hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
         body_jaxpr=primal_jaxpr, static_bound=static_bound, name=name, role=role,
-        unroll=fwd_unroll, accumulators=n_rows,
+        unroll=unroll, accumulators=n_rows,
         stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
@@ -274,7 +275,7 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
         out = linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=lin_body, n_invariants=n_inv,
             n_stacks=n_rows, n_dconsts=n_dconsts, static_bound=static_bound, name=name,
-            row_offset=pad, unroll=grad_unroll)
+            row_offset=pad, unroll=unroll)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
