@@ -524,9 +524,6 @@ REPRO = "bench/iree_limits/reproduce.py"
 XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the module)
     "grad_cut_at_0": f"iree-compile segfaults (residual stacks of 0 rows); {REPRO} cut_gradient_0",
     "grad_cut_at_1": f"iree-compile segfaults (residual stacks of 1 row); {REPRO} cut_gradient_1",
-    "jacrev_zero_trip": "iree-compile: 'scf.while' op along control flow edge ... region branch "
-                        f"point has 4 operands, but region successor needs 6; {REPRO} "
-                        "zero_trip_jacrev",
     # Reproduced by the case itself (whilst.compile of case.fn):
     "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage",
     "checkpoint_nested": "iree-compile: 'scf.while' op along control flow edge ... region "

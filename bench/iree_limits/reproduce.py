@@ -29,18 +29,10 @@ def cut_gradient(n):
     return jax.grad(f), (np.float32(0.5),)
 
 
-def zero_trip_jacrev():
-    """jacrev of a loop that never runs (cond `i < 0`): iree-compile fails with
-    "'scf.while' op along control flow edge from Operation scf.condition to
-    Region #1: region branch point has N operands, but region successor needs M"."""
-    f = jax.jacrev(lambda x: whilst.while_loop(lambda i, x: i < 0, lambda i, x: (i + 1, x * 2),
-                                               [0, x], maximum_iterations=3)[1])
-    return f, (np.ones(3, np.float32),)
-
-
 def symbolic_batch(grad):
-    """A vmapped loop over a symbolic batch `b`: forward fails like zero_trip_jacrev
-    (scf.while edge operand count); the gradient fails on
+    """A vmapped loop over a symbolic batch `b`: forward fails with "'scf.while' op
+    along control flow edge from Operation scf.condition to Region #1: region
+    branch point has N operands, but region successor needs M"; the gradient fails on
     `stablehlo.dynamic_broadcast_in_dim ... explicitly marked illegal` (a rank-
     raising broadcast of the per-example predicate for the residual row push)."""
     def step_loop(x, limit):
@@ -56,7 +48,6 @@ def symbolic_batch(grad):
 CASES = {
     "cut_gradient_0": lambda: cut_gradient(0),
     "cut_gradient_1": lambda: cut_gradient(1),
-    "zero_trip_jacrev": zero_trip_jacrev,
     "symbolic_batch_forward": lambda: symbolic_batch(False),
     "symbolic_batch_grad": lambda: symbolic_batch(True),
 }

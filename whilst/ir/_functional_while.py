@@ -48,8 +48,9 @@ from jax.interpreters import ad, batching
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import (
-    apply_primitive, batch_jaxpr, jaxpr_forwarding, join_effects, jvp_jaxpr, merge_lists,
-    move_binders_to_front, moveaxis, partition_list, prune_closed_jaxpr_outputs, split_list)
+    apply_primitive, batch_jaxpr, is_constant_shape, jaxpr_forwarding, join_effects, jvp_jaxpr,
+    merge_lists, move_binders_to_front, moveaxis, partition_list, prune_closed_jaxpr_outputs,
+    split_list)
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, split_pops, stack_avals
 from whilst.ir._tracing import call, trace_closed
 
@@ -94,12 +95,16 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
             name=name, role=role, unroll=unroll, checkpoints=checkpoints, **stack_params)
         carry_out, stacks = split_list(outs, [len(carry_kept)])
         return [counter, *merge_lists(invariant, carry_out, moved), *stacks]
-    return functional_while_p.bind(
-        *cond_consts, *body_consts, bound, *carry,
-        cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-        cond_nconsts=len(cond_consts), body_nconsts=nb,
-        static_bound=static_bound, name=name, role=role, unroll=unroll,
-        checkpoints=checkpoints, **sp.as_params())
+    operands = [*cond_consts, *body_consts, bound, *carry]
+    params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
+                  cond_nconsts=len(cond_consts), body_nconsts=nb,
+                  static_bound=static_bound, name=name, role=role, unroll=unroll,
+                  checkpoints=checkpoints, **sp.as_params())
+    if sp.any and not all(is_constant_shape(a.shape) for a in
+                          [*body_jaxpr.in_avals, *body_jaxpr.out_avals]):
+        # Rows of symbolic shape: moved one at a time by the body (no chunks).
+        operands, params = explicit_form(operands, params)
+    return functional_while_p.bind(*operands, **params)
 
 
 def split_operands(operands, cond_nconsts, body_nconsts):

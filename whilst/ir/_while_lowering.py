@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 from jax.core import ShapedArray
-from jax.extend.core import ClosedJaxpr
+from jax.extend.core import ClosedJaxpr, Literal
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir, partial_eval as pe
@@ -101,13 +101,17 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
     # row indices stay host-computable) and `count` counts the steps taken; the
-    # loop only goes on after an iteration of k steps.
-    rotated = k > 1 or _reads_carry(cond_jaxpr, cond_nconsts)
-    extra_types = ([i1] if rotated else []) + ([i32] if k > 1 else [])
+    # loop only goes on after an iteration of k steps. A loop bounded only by its
+    # trip count (cond always true: gradient and linear Whiles) needs neither:
+    # `i < bound` is tested in the cond region and the counter is min(i, bound).
+    counted = _always_true(cond_jaxpr)
+    rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
+    count_carried = k > 1 and not counted
+    extra_types = ([i1] if rotated else []) + ([i32] if count_carried else [])
     types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
     loop_types = [types[0], *extra_types, *types[1:]]
     extra_init = ([predicate(const(0), carry)] if rotated else []) + (
-        [const(0)] if k > 1 else [])
+        [const(0)] if count_carried else [])
     stacks0 = [uninitialized_value(ctx, a) for a in stack_avals]
     while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *carry, *stacks0])
     while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
@@ -139,7 +143,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
             for chunk, r in zip(pushed, rows):
                 chunk.append(r)
-            steps = hlo.add(steps, hlo.convert(i32, active))
+            if count_carried:
+                steps = hlo.add(steps, hlo.convert(i32, active))
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         at = hlo.add(i, const(row_offset))
         stacks = [_write_chunk(ctx, st, a, rs, at) for st, a, rs in zip(stacks, stack_avals,
@@ -153,12 +158,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                                    compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
                 pred = hlo.and_(pred, full)
             extra.append(pred)
-        if k > 1:
+        if count_carried:
             extra.append(hlo.add(body_block.arguments[len(extra_types)], steps))
         hlo.return_([new_i, *extra, *xs, *stacks])
     i, *results = while_op.results
-    if k > 1:
+    if count_carried:
         i = results[len(extra_types) - 1]
+    elif k > 1:
+        i = hlo.minimum(i, bound)
     return [i, *results[len(extra_types):]]
 
 
@@ -211,6 +218,12 @@ def _broadcast(pred, like_type):
         return pred
     i1 = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(1))
     return hlo.broadcast_in_dim(i1, pred, ir.DenseI64ArrayAttr.get([]))
+
+
+def _always_true(cond_jaxpr) -> bool:
+    """Whether cond returns the literal True (loops bounded by their trip count)."""
+    (out,) = cond_jaxpr.jaxpr.outvars
+    return isinstance(out, Literal) and bool(out.val)
 
 
 def _reads_carry(cond_jaxpr, cond_nconsts) -> bool:
