@@ -88,7 +88,9 @@ def test_automatic_unroll_prefers_tiny_bodies():
     matvec = k_of(lambda i, x: (i + 1, jnp.tanh(W @ x)), np.ones(256, np.float32))
     big_carry = k_of(lambda i, x: (i + 1, x * 2.0), np.ones((200, 200), np.float32))
     indexing = k_of(lambda i, x: (i + 1, x.at[i % 8].set(1.0)), np.ones(8, np.float32))
-    assert tiny > 8 and matvec == 1 and big_carry == 1 and indexing == 1
+    nested_scan = k_of(lambda i, x: (i + 1, jax.lax.fori_loop(0, 3, lambda j, y: y * 0.5, x)),
+                       np.ones(8, np.float32))
+    assert tiny > 8 and matvec == 1 and big_carry == 1 and indexing == 1 and nested_scan == 1
 
 
 def test_unroll_must_be_a_positive_int():

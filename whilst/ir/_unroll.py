@@ -17,6 +17,10 @@ from whilst.ir._functional_while import functional_while_p
 MAX_UNROLL = 64
 WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
 LARGE_CARRY_BYTES = 64 * 1024
+# Loops nested in a body make it a full iteration's work: unrolled copies of them
+# gain little, and IREE 3.13 fails on some ("failed to solve for timepoint
+# coverage": the Newton sample's solver, 13 steps of two lax.scans each).
+LOOPS = frozenset({"scan", "while"})
 # Unrolled bodies that index at a computed position fail in iree-compile 3.13:
 # writes segfault or leave unresolved materializations; reads compile for some
 # programs and fail with "failed to solve for timepoint coverage" for others.
@@ -78,10 +82,10 @@ def _nbytes(aval) -> int:
 
 def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
-    a nested loop counts as a full iteration's budget."""
+    a nested loop (whilst's or jax.lax's) counts as a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive is functional_while_p:
+        if eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS:
             return WORK_PER_ITERATION
         subs = list(jaxprs_in_params(eqn.params))
         if subs:
