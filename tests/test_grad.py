@@ -9,19 +9,10 @@ import pytest
 from jax.test_util import check_grads
 
 import whilst
+from conftest import unrolled
 from whilst.ir import iter_loops
 
 P = collections.namedtuple("P", "a, b")
-
-
-def unrolled(cond, body, loop_vars, maximum_iterations=None):
-    """The oracle: the same loop in plain Python (JAX sees straight-line code)."""
-    i = 0
-    while (maximum_iterations is None or i < maximum_iterations) and bool(cond(*loop_vars)):
-        loop_vars = body(*loop_vars)
-        loop_vars = loop_vars if isinstance(loop_vars, (list, tuple)) else [loop_vars]
-        i += 1
-    return loop_vars
 
 
 def both(cond, body, max_iter):

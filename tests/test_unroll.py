@@ -207,7 +207,7 @@ def _loop_blocks(stream_text):
     return loops
 
 
-def test_unrolled_gradient_reads_back_twice_per_emitted_iteration():
+def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
     """The push/pop gradient of a tiny body: each emitted iteration of the forward
     and of the gradient While reads back two scalars (the chunk's row index and the
     predicate) for its k steps, never one per step."""
