@@ -52,9 +52,8 @@ from whilst._jax_compat import (
     merge_lists, move_binders_to_front, moveaxis, partition_list, prune_closed_jaxpr_outputs,
     split_list)
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, split_pops, stack_avals
-from whilst.ir._tracing import call, trace_closed
+from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 
-COUNTER_AVAL = ShapedArray((), np.int32)
 UNBOUNDED = int(np.iinfo(np.int32).max)
 ROLES = ("forward", "gradient", "linear")
 

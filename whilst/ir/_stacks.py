@@ -37,9 +37,7 @@ from jax.core import ShapedArray
 from whilst._jax_compat import split_list
 
 from whilst.ir._buffers import uninitialized
-from whilst.ir._tracing import call, trace_closed
-
-COUNTER_AVAL = ShapedArray((), np.int32)
+from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 
 
 @dataclasses.dataclass(frozen=True)

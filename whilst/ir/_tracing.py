@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jax import lax
-from jax.core import AbstractValue, eval_jaxpr
+from jax.core import AbstractValue, ShapedArray, eval_jaxpr
 from jax.extend import linear_util as lu
 from jax.extend.core import ClosedJaxpr
 from jax.interpreters import partial_eval as pe
 
 from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
+
+COUNTER_AVAL = ShapedArray((), np.int32)  # the iteration counter every loop body receives
 
 
 def _debug_info(name: str, fn: Callable, avals: Sequence[AbstractValue]):
