@@ -50,7 +50,6 @@ to `static_bound` rows (see `_stacks.stack_avals`), left uninitialized.
 from __future__ import annotations
 
 import jax
-from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
