@@ -128,11 +128,12 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
         old_xs = xs
-        if pops:  # rows top - i - s for s in range(k): one chunk, read backwards
-            start = hlo.subtract(top, hlo.add(i, const(k - 1)))
-            chunks = [_rows_chunk(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
-        rows_in = lambda s: [_chunk_row(ctx, c, a, k - 1 - s) for c, a in zip(  # noqa: E731
-            chunks, pop_avals)] if pops else []
+        # Popped rows top - i - s for s in range(k): one chunk, read backwards.
+        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
+        chunks = [_rows_chunk(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
+
+        def rows_in(s):
+            return [_chunk_row(ctx, c, a, k - 1 - s) for c, a in zip(chunks, pop_avals)]
         xs, rows = step(i, xs, rows_in(0))
         pushed = [[r] for r in rows]
         steps = const(1)
