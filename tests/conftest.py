@@ -4,6 +4,7 @@ that compile with IREE are marked `iree`, the longest ones `slow`, so that
 `pytest -m "not iree"` checks the JAX side in a few minutes."""
 import os
 
+import jax.numpy as jnp
 import pytest
 
 # Files whose every test compiles or loads IREE modules; elsewhere, tests named
@@ -33,6 +34,17 @@ def unrolled(cond, body, loop_vars, maximum_iterations=None):
         loop_vars = list(loop_vars) if isinstance(loop_vars, (list, tuple)) else [loop_vars]
         i += 1
     return loop_vars
+
+
+def nested_sin_oracle(x, outer, a=1.0):
+    """The nested loops of the nested-gradient tests, unrolled in plain Python: step
+    i of the outer loop runs i + 1 inner steps `y = sin(y) * a + x`."""
+    for i in range(outer):
+        y = x
+        for _ in range(i + 1):
+            y = jnp.sin(y) * a + x
+        x = y * 0.9
+    return x
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import whilst
+from conftest import nested_sin_oracle
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir._checkpoint_schedule import (
     EMPTY, forward_slots_py, policy_init, policy_step_jnp, split_jnp, split_py)
@@ -96,12 +97,7 @@ def test_nested_checkpointed_loops_with_closed_over_parameters():
         return whilst.while_loop(lambda i, x: i < 4, outer, [0, x], checkpoints=2)[1]
 
     def g(x, a):
-        for i in range(4):
-            y = x
-            for _ in range(i + 1):
-                y = jnp.sin(y) * a + x
-            x = y * 0.9
-        return x
+        return nested_sin_oracle(x, 4, a)
 
     for got, want in zip(jax.grad(f, (0, 1))(0.6, 0.7), jax.grad(g, (0, 1))(0.6, 0.7)):
         assert np.isclose(got, want, rtol=1e-5)

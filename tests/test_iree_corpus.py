@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import unrolled
+from conftest import nested_sin_oracle, unrolled
 
 Pair = collections.namedtuple("Pair", "j, k")
 P = collections.namedtuple("P", "a, b")
@@ -317,12 +317,7 @@ def nested_grad(x):
 
 
 def nested_grad_ref(x):
-    for i in range(3):
-        y = x
-        for _ in range(i + 1):
-            y = jnp.sin(y) + x
-        x = y * 0.9
-    return x
+    return nested_sin_oracle(x, 3)
 
 
 def inner_grad_loop(loop, d_inner):
@@ -447,12 +442,7 @@ def ck_nested(x, a):
 
 
 def ck_nested_ref(x, a):
-    for i in range(4):
-        y = x
-        for _ in range(i + 1):
-            y = jnp.sin(y) * a + x
-        x = y * 0.9
-    return x
+    return nested_sin_oracle(x, 4, a)
 
 
 def ck_per_example(x, n):
