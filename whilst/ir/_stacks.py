@@ -124,15 +124,14 @@ def explicit_form(operands, params: dict):
     cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
     ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, (bound,), carry = split_list(list(operands), [ncc, nbc, 1])
-    consts, top, popped = split_pops(body_consts, sp.pops)
-    ncarry, nconsts = len(carry), len(consts)
+    ncarry = len(carry)
     row_avals = body_jaxpr.out_avals[ncarry:]
     stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals(row_avals, sp.stack_rows)]
 
     def body(*args):
-        cs, tops, pops_, (i,), xs, stacks = split_list(
-            args, [nconsts, len(tops_in), sp.pops, 1, ncarry])
-        rows_in = read_rows(pops_, tops[0] - i) if sp.pops else []
+        bcs, (i,), xs, stacks = split_list(args, [nbc, 1, ncarry])
+        cs, top, popped = split_pops(bcs, sp.pops)
+        rows_in = read_rows(popped, top - i) if sp.pops else []
         outs = call(body_jaxpr, *cs, *rows_in, i, *xs)
         new_xs, rows_out = split_list(outs, [ncarry])
         return [*new_xs, *write_rows(stacks, rows_out, i + sp.row_offset)]
@@ -141,14 +140,12 @@ def explicit_form(operands, params: dict):
         cs, (i,), xs, _ = split_list(args, [ncc, 1, ncarry])
         return call(cond_jaxpr, *cs, i, *xs)
 
-    tops_in = [] if top is None else [top]
-    new_consts = [*consts, *tops_in, *popped]
-    const_avals = [jax.typeof(x) for x in new_consts]
+    const_avals = [jax.typeof(x) for x in body_consts]
     carry_avals = [jax.typeof(x) for x in [*carry, *stacks0]]
     new_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                             "functional_while_explicit_body")
     new_cond = trace_closed(cond, [*cond_jaxpr.in_avals, *carry_avals[ncarry:]],
                             "functional_while_explicit_cond")
-    new_params = dict(params, cond_jaxpr=new_cond, body_jaxpr=new_body,
-                      body_nconsts=len(new_consts), unroll=None, **NO_STACKS)
-    return [*cond_consts, *new_consts, bound, *carry, *stacks0], new_params
+    new_params = dict(params, cond_jaxpr=new_cond, body_jaxpr=new_body, unroll=None,
+                      **NO_STACKS)
+    return [*operands, *stacks0], new_params
