@@ -114,15 +114,6 @@ def per_example_ref(x, n):
     return x
 
 
-# XLA in jax 0.11+ does not finish compiling the checkpoint schedule's binary search
-# (`split_jnp`, gathers from the binomial table) under vmap: over 20 minutes, also
-# before the residual-stack changes. These tests run on jax 0.10.
-XLA_SCHEDULE_STALL = pytest.mark.skipif(
-    jax.__version_info__ >= (0, 11),
-    reason="XLA 0.11+ does not finish compiling the vmapped checkpoint schedule")
-
-
-@XLA_SCHEDULE_STALL
 def test_vmap_with_per_example_trip_counts():
     xs = jnp.array([0.1, 0.7, -0.4, 1.2])
     ns = np.array([0, 1, 5, 9])   # 9 > (2+1)(2+2)/2: every lane follows its own schedule
@@ -133,7 +124,6 @@ def test_vmap_with_per_example_trip_counts():
         jax.grad(lambda xs: jax.vmap(per_example)(xs, ns).sum())(xs), want, rtol=1e-5)
 
 
-@XLA_SCHEDULE_STALL
 def test_schedule_python_and_jax_numpy_agree():
     rng = np.random.RandomState(0)
     for K in [1, 2, 4, 16, 90]:

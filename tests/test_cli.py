@@ -175,7 +175,9 @@ def test_ir_prints_while_loops_and_draws_them(work, capsys):
     code, out, _ = whilst(work, "ir", "model.py:loss", "--arg", "f32[3,4]", "--arg", "f32[4,4]",
                           "--grad", "0", "--graph", "loops.svg", capsys=capsys)
     assert code == 0
-    assert "//   forward While 'rnn': at most 20 iterations, 2 accumulator stack(s)" in out
+    # (jax 0.10 keeps tanh's output and the carry, jax 0.12 one `one_minus_square` row)
+    assert re.search(r"//   forward While 'rnn': at most 20 iterations, [12] accumulator "
+                     r"stack\(s\)", out)
     assert "//   gradient While 'rnn': at most 20 iterations" in out
     assert "functional_while[" in out and "role=gradient" in out
     svg = (work / "loops.svg").read_text()

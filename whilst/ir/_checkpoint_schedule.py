@@ -102,18 +102,20 @@ def split_py(L: int, s: int, K: int) -> int:
 
 
 def split_jnp(L, s, K: int):
-    """`split_py` as int32 jax.numpy code (a binary search in the binomial table)."""
+    """`split_py` as int32 jax.numpy code: a branchless binary search in the binomial
+    table that carries one value (`below` grows by descending powers of two), so XLA
+    does not duplicate the search when it is vmapped."""
     if K == 1:
         return L - 1
     values, offsets = (jnp.asarray(a) for a in beta_table(K))
     s_row = jnp.clip(s, 2, K)
-    lo, hi = offsets[s_row], offsets[s_row + 1]          # search [lo, hi) for first >= L
-    start = lo
-    for _ in range(_search_steps(K)):
-        mid = (lo + hi) // 2
-        below = (values[jnp.clip(mid, 0, values.shape[0] - 1)] < L) & (mid < hi)
-        lo, hi = jnp.where(below, mid + 1, lo), jnp.where(below, hi, mid)
-    r = jnp.minimum(lo, offsets[s_row + 1] - 1) - start
+    start, stop = offsets[s_row], offsets[s_row + 1]
+    below = 0                                            # entries of row s below L
+    for j in reversed(range(_search_steps(K))):
+        probe = start + below + (1 << j) - 1
+        smaller = (probe < stop) & (values[jnp.clip(probe, 0, values.shape[0] - 1)] < L)
+        below = below + jnp.where(smaller, 1 << j, 0)
+    r = jnp.minimum(below, stop - start - 1)
 
     def beta(srow, rr):
         idx = jnp.clip(offsets[srow] + rr, offsets[srow], offsets[srow + 1] - 1)
