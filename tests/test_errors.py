@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the argument and pytree path, never a deep trace."""
 import collections
+import functools
 import warnings
 
 import jax
@@ -119,12 +120,14 @@ def test_general_shape_invariants_accepted_when_shapes_stay_fixed():
     assert out[1].shape == (2, 2)
 
 
-def test_reverse_mode_without_bound_explains_the_options():
-    def f(x):
-        return whilst.while_loop(lambda x: x < 10.0, lambda x: x * 2.0, [x])
-
-    with pytest.raises(ValueError, match=r"maximum_iterations=<a Python int>.*checkpointed"):
-        jax.grad(f)(1.0)
+def test_gradient_memory_must_be_a_non_negative_int_of_bytes():
+    loop = functools.partial(whilst.while_loop, ok_cond, ok_body, [0, 1.0])
+    with pytest.raises(TypeError, match=r"gradient_memory must be a number of bytes.*"
+                                        r"found float 1000000.0.*64 \* 2\*\*20"):
+        loop(gradient_memory=1e6)
+    with pytest.raises(ValueError, match=r"gradient_memory must be 0 or more bytes; "
+                                         r"found -1"):
+        loop(gradient_memory=-1)
 
 
 def test_body_output_structure_differs_names_the_entry():

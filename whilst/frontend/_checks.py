@@ -236,6 +236,21 @@ def check_checkpoints(checkpoints) -> int | None:
     return int(checkpoints)
 
 
+def check_gradient_memory(gradient_memory) -> int | None:
+    """Validate `while_loop(gradient_memory=...)`: None or a non-negative int of bytes."""
+    if gradient_memory is None:
+        return None
+    if isinstance(gradient_memory, bool) or not isinstance(gradient_memory,
+                                                           (int, np.integer)):
+        raise TypeError(f"while_loop: gradient_memory must be a number of bytes (an int) or "
+                        f"None; found {type(gradient_memory).__name__} {gradient_memory!r}. "
+                        f"Pass e.g. gradient_memory=64 * 2**20 for 64 MiB.")
+    if gradient_memory < 0:
+        raise ValueError(f"while_loop: gradient_memory must be 0 or more bytes; found "
+                         f"{gradient_memory}. Pass 0 to store no step (checkpoints only).")
+    return int(gradient_memory)
+
+
 MAX_CHECKPOINT_BYTES = 2**34
 
 

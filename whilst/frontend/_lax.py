@@ -11,7 +11,7 @@ from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
-               checkpoints=None, name=None):
+               checkpoints=None, gradient_memory=None, name=None):
     """`jax.lax.while_loop` as one functional While, differentiable in reverse mode.
 
     Semantics, as plain Python::
@@ -24,8 +24,9 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
 
     One carry pytree, with JAX's types: a weakly typed leaf (a Python scalar)
     takes the dtype body_fun gives it, as in `jax.lax.while_loop`. Reverse mode
-    (`jax.grad`) needs `maximum_iterations` as a Python int, or `checkpoints`;
-    see `whilst.while_loop` for both, and for `unroll` and `name`.
+    (`jax.grad`) works bounded or not; see `whilst.while_loop` for how
+    `gradient_memory` and `checkpoints` choose what it keeps, and for `unroll`
+    and `name`.
 
     Raises:
       TypeError: cond_fun or body_fun not callable, leaves that are not arrays,
@@ -37,11 +38,12 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
     checks.check_callables(cond_fun, body_fun, ("cond_fun", "body_fun"),
                            "one argument (the carry pytree init_val)", "whilst.lax.while_loop")
     return _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
-                  "while" if name is None else str(name), "whilst.lax.while_loop")
+                  gradient_memory, "while" if name is None else str(name),
+                  "whilst.lax.while_loop")
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None,
-              name=None):
+              gradient_memory=None, name=None):
     """`jax.lax.fori_loop` as one functional While, differentiable in reverse mode.
 
     Semantics, as plain Python::
@@ -53,8 +55,8 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
 
     `i` has the integer dtype of lower and upper (a Python int takes the other's
     dtype, as in JAX). Python-int (or otherwise concrete) bounds give a loop
-    bounded by `upper - lower`, so `jax.grad` works; traced bounds give an
-    unbounded loop, which reverse mode differentiates only with `checkpoints`.
+    bounded by `upper - lower`; traced bounds give an unbounded loop. Both are
+    differentiable in reverse mode (see `while_loop`).
 
     Raises:
       TypeError: body_fun not callable, lower/upper not integer scalars of
@@ -81,7 +83,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
         return i + 1, body_fun(i, val)
 
     _, out = _while(cond, body, (i0, init_val), maximum_iterations, unroll, checkpoints,
-                    "fori" if name is None else str(name), api)
+                    gradient_memory, "fori" if name is None else str(name), api)
     return out
 
 
@@ -106,10 +108,12 @@ def _index_dtype(lower, upper, api):
                     f"{lo.dtype} and {up.dtype}. Cast one, e.g. upper.astype({lo.dtype}).")
 
 
-def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints, name, api):
+def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
+           gradient_memory, name, api):
     checks.check_unroll(unroll)
     bound, static_bound = checks.bound_operand(maximum_iterations)
     checkpoints = checks.check_checkpoints(checkpoints)
+    gradient_memory = checks.check_gradient_memory(gradient_memory)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
@@ -157,5 +161,5 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     _, *outs = functional_while(cond_consts, body_consts, bound, init, cond_jaxpr=cond_jaxpr,
                                 body_jaxpr=body_jaxpr,
                                 static_bound=static_bound, name=name, unroll=unroll,
-                                checkpoints=checkpoints)
+                                checkpoints=checkpoints, gradient_memory=gradient_memory)
     return jax.tree_util.tree_unflatten(tree, outs)

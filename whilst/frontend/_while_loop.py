@@ -11,7 +11,8 @@ from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
                back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
-               return_same_structure=False, unroll=None, checkpoints=None):
+               return_same_structure=False, unroll=None, checkpoints=None,
+               gradient_memory=None):
     """Repeat `body` while `cond` is true, as one functional While.
 
     Semantics, as plain Python::
@@ -24,10 +25,11 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     The loop is traced once; it runs under `jax.jit`, `jax.vmap` (each example
     stops on its own: a finished example keeps its values while others run
-    on), `jax.jvp` and `jax.grad`/`jax.vjp`. Reverse mode keeps either every
-    step's residuals, in stacks preallocated to `maximum_iterations` (a Python
-    int), or, with `checkpoints=K`, K copies of loop_vars and recomputes the
-    steps between them (no bound needed; see `checkpoints`).
+    on), `jax.jvp` and `jax.grad`/`jax.vjp`/`jax.linearize`, bounded or not.
+    Reverse mode stores the residuals of as many steps as fit in
+    `gradient_memory` bytes and recomputes the later steps from copies of
+    loop_vars (see `gradient_memory`); with `checkpoints=K` it keeps K copies
+    and recomputes every step between them.
 
     Args:
       cond: `cond(*loop_vars) -> bool scalar`.
@@ -43,25 +45,35 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         unrolls the body instead (see `unroll`).
       back_prop: False stops gradients (and tangents) through the loop.
       swap_memory: bool, accepted for TensorFlow compatibility; stored steps stay
-        in device memory (bound memory with `maximum_iterations`).
+        in device memory (bound it with `gradient_memory`).
       name: the loop's name in the IR and in the emitted StableHLO
         (`whilst.name` attribute); defaults to "while".
       maximum_iterations: None, or a non-negative int or int scalar (may be
-        traced; reverse mode needs a Python int).
+        traced). A Python int also caps the stacks of stored steps.
       return_same_structure: False returns a single loop var bare and several
         as a list; True returns the structure of loop_vars.
       unroll: loop steps per emitted `stablehlo.while` iteration (an extension
         of the TensorFlow signature). None chooses from the body's size (tiny
         bodies unroll more, up to 64); results, iteration counts and gradients
         are the same for every value.
-      checkpoints: None (reverse mode stores every step, which needs
-        maximum_iterations), or a positive int K: reverse mode keeps K copies
+      checkpoints: None (reverse mode follows `gradient_memory`), or a
+        positive int K: reverse mode keeps K copies
         of loop_vars, stored during the loop by an online policy (Stumm and
         Walther, then Wang and Moin), and recomputes the other steps with
         binomial (revolve) schedules once the trip count n is known. Extra body
         evaluations: `whilst.ir.schedule_cost(n, K)` (none while n <= K; each
         step at most once more while n < (K+1)(K+2)/2). Combines with
         maximum_iterations; forward mode, vmap and higher derivatives work too.
+      gradient_memory: bytes reverse mode may hold for this loop when
+        `checkpoints` is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`).
+        If maximum_iterations (a Python int) steps of residuals fit, every
+        step is stored (the gradient replays them; the fastest way). Otherwise
+        the first steps whose residuals fit are stored and the steps after
+        them are recomputed from K copies of loop_vars (as `checkpoints=K`,
+        K <= 64 taking at most a quarter of the budget, at least one copy).
+        The cost then does not grow with maximum_iterations. Under
+        `jax.vmap(jax.grad(...))` the budget is per example. Raise it for
+        long loops that should run at stored speed.
 
     Returns:
       The final loop_vars (see return_same_structure).
@@ -71,7 +83,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype.
       ValueError: empty loop_vars, bad parallel_iterations,
-        maximum_iterations or checkpoints, shape_invariants that do not fit, body output of
+        maximum_iterations, checkpoints or gradient_memory, shape_invariants that do not fit, body output of
         another shape.
     """
     checks.check_loop_vars(loop_vars)
@@ -82,6 +94,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     checks.check_unroll(unroll)
     bound, static_bound = checks.bound_operand(maximum_iterations)
     checkpoints = checks.check_checkpoints(checkpoints)
+    gradient_memory = checks.check_gradient_memory(gradient_memory)
     name = "while" if name is None else str(name)
 
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
@@ -111,7 +124,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
                                 static_bound=static_bound, name=name, unroll=unroll,
-                                checkpoints=checkpoints)
+                                checkpoints=checkpoints, gradient_memory=gradient_memory)
     result = jax.tree_util.tree_unflatten(in_tree, outs)
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result

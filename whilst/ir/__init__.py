@@ -8,13 +8,14 @@ from whilst.ir._checkpoint import (
 from whilst.ir._checkpoint_schedule import schedule_cost
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
+from whilst.ir._linearize import DEFAULT_GRADIENT_MEMORY
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
 from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 from whilst.ir._unroll import unroll_factor
 
 __all__ = [
-    "COUNTER_AVAL", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
+    "COUNTER_AVAL", "DEFAULT_GRADIENT_MEMORY", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
     "expand_checkpointed_linear_while", "expand_linear_while", "functional_while",
     "functional_while_p", "iter_loops", "linear_while_p", "residual_report",
     "schedule_cost", "split_operands", "trace", "trace_with_consts", "uninitialized_p",

@@ -27,12 +27,17 @@ Static parameters:
     their stacks; with `pops`, the last body operands are `top` and the popped
     stacks, and the body receives one row of each. See `_stacks.py`.
   unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
-  checkpoints: None, or the number of carries reverse mode may keep: then
-    linearizing the loop needs no bound and recomputes steps between
-    checkpoints (`_checkpoint.py`). Ignored by the lowering.
+  checkpoints: None, or the number of carries reverse mode keeps: then
+    linearizing the loop recomputes the steps between checkpoints
+    (`_checkpoint.py`). Ignored by the lowering.
+  gradient_memory: with `checkpoints=None`, the bytes reverse mode may hold
+    (None: `_linearize.DEFAULT_GRADIENT_MEMORY`): it stores the residuals of
+    as many steps as fit and recomputes the rest from checkpoints. Ignored by
+    the lowering.
 
-Reverse mode lives in `_reverse.py` (stored residuals) and `_checkpoint.py`
-(checkpoints), chosen by `_linearize.py`; the MLIR lowering in `_while_lowering.py`.
+Reverse mode lives in `_reverse.py` (stored residuals), `_checkpoint.py`
+(checkpoints) and `_budget.py` (both, within a memory budget), chosen by
+`_linearize.py`; the MLIR lowering in `_while_lowering.py`.
 `whilst.ir`'s `__init__` imports them all, so the rules are registered whenever
 the primitive can be bound.
 """
@@ -65,7 +70,7 @@ functional_while_p.def_impl(lambda *args, **params: apply_primitive(
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
                      static_bound, name, role="forward", unroll=None, checkpoints=None,
-                     **stack_params):
+                     gradient_memory=None, **stack_params):
     """Bind `functional_while_p`; returns `[counter, *carry, *stacks]` (see the module
     docstring; `stack_params` are those of `_stacks.StackParams`).
 
@@ -91,14 +96,16 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
         counter, *outs = functional_while(
             [*moved, *cond_consts], [*moved, *body_consts], bound, carry_kept,
             cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, static_bound=static_bound,
-            name=name, role=role, unroll=unroll, checkpoints=checkpoints, **stack_params)
+            name=name, role=role, unroll=unroll, checkpoints=checkpoints,
+            gradient_memory=gradient_memory, **stack_params)
         carry_out, stacks = split_list(outs, [len(carry_kept)])
         return [counter, *merge_lists(invariant, carry_out, moved), *stacks]
     operands = [*cond_consts, *body_consts, bound, *carry]
     params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
                   cond_nconsts=len(cond_consts), body_nconsts=nb,
                   static_bound=static_bound, name=name, role=role, unroll=unroll,
-                  checkpoints=checkpoints, **sp.as_params())
+                  checkpoints=checkpoints, gradient_memory=gradient_memory,
+                  **sp.as_params())
     if sp.any and not all(is_constant_shape(a.shape) for a in
                           [*body_jaxpr.in_avals, *body_jaxpr.out_avals]):
         # Rows of symbolic shape: moved one at a time by the body (no chunks).

@@ -4,10 +4,12 @@ steps are kept for its gradient While::
     if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
     forward While with accumulators):
         the same, on its explicit form (_stacks.py)
-    elif checkpoints is None:  # every step's residuals, in stacks of static_bound rows
-        stored_linearize(...)          # _reverse.py
-    else:                      # K copies of the carry, steps recomputed between them
-        checkpointed_linearize(...)    # _checkpoint.py
+    elif checkpoints is not None:  # K copies of the carry, steps recomputed between them
+        checkpointed_linearize(...)          # _checkpoint.py
+    elif static_bound rows of residuals fit in gradient_memory bytes:
+        stored_linearize(...)                # _reverse.py: every step's residuals
+    else:                          # as many steps stored as fit, checkpoints after them
+        budget_linearize(...)                # _budget.py
 """
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ import jax
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import def_linearization
+from whilst.ir._budget import budget_linearize, budget_split
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._functional_while import functional_while_p
-from whilst.ir._reverse import stored_linearize
+from whilst.ir._reverse import step_residuals, stored_linearize
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form
+
+DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop
 
 
 def _linearize_rule(is_vjp, nzs, *primals, **params):
@@ -30,10 +35,20 @@ def _linearize_rule(is_vjp, nzs, *primals, **params):
         stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
         return out, out_nz, residuals, lambda res, *t: linearized(res, *t, *stack_zeros)
     params = {k: v for k, v in params.items() if k not in NO_STACKS}
-    if params["checkpoints"] is None:
-        del params["checkpoints"]
-        return stored_linearize(is_vjp, nzs, *primals, **params)
-    return checkpointed_linearize(nzs, *primals, **params)
+    checkpoints = params.pop("checkpoints")
+    if checkpoints is not None:
+        del params["gradient_memory"]
+        return checkpointed_linearize(nzs, *primals, **params, checkpoints=checkpoints)
+    steps = step_residuals(is_vjp, nzs, *primals, **params)
+    budget = params["gradient_memory"]
+    budget = DEFAULT_GRADIENT_MEMORY if budget is None else budget
+    static_bound = params["static_bound"]
+    if static_bound is not None and (steps.row_bytes is None
+                                     or static_bound * steps.row_bytes <= budget):
+        return stored_linearize(steps, *primals, **params)
+    carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
+    head_rows, K = budget_split(budget, carry_avals, steps)
+    return budget_linearize(nzs, steps, head_rows, K, *primals, **params)
 
 
 def_linearization(functional_while_p, _linearize_rule)

@@ -49,20 +49,21 @@ to `static_bound` rows (see `_stacks.stack_avals`), left uninitialized.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import (
-    apply_primitive, backward_pass, linearize_jaxpr, merge_lists, partition_list,
-    scan_known_hoisting, split_list)
+    apply_primitive, backward_pass, is_constant_shape, linearize_jaxpr, merge_lists,
+    partition_list, scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
-from whilst.ir._errors import unbounded_reverse_mode_error
 from whilst.ir._functional_while import COUNTER_AVAL, functional_while, split_operands
 from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
-from whilst.ir._unroll import unroll_factor
+from whilst.ir._unroll import nbytes, unroll_factor
 
 
 # ----------------------------------------------------------- the linear While
@@ -186,17 +187,35 @@ ad.primitive_transposes[linear_while_p] = _transpose_linear_while
 
 # ------------------------------------------------- linearizing the functional While
 
-def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                     body_nconsts, static_bound, name, role, unroll):
-    """The linearize rule of `functional_while_p` without `checkpoints` (see the
-    module docstring)."""
-    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
-    _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
-    if static_bound is None:
-        raise unbounded_reverse_mode_error(name)
+@dataclasses.dataclass
+class StepResiduals:
+    """What reverse mode keeps of one step of a loop, before any loop is built.
 
+    `primal_jaxpr(*hoisted_consts, i, *carry) -> (*carry, *rows)` is the body that
+    also returns the step's rows; `lin_body(*invariants, *rows, *dconsts, *dcarry)`
+    is the step's tangent map; `carry_nz` the carries with non-zero tangents."""
+    primal_jaxpr: object
+    hoisted_consts: list
+    invariants: list
+    lin_body: object
+    row_avals: list
+    const_nz: list
+    carry_nz: list
+
+    @property
+    def row_bytes(self) -> int | None:
+        """Bytes of the rows of one step (None where a shape is symbolic)."""
+        if not all(is_constant_shape(a.shape) for a in self.row_avals):
+            return None
+        return sum(nbytes(a) for a in self.row_avals)
+
+
+def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,
+                   **_) -> StepResiduals:
+    """The residual analysis of `stored_linearize` (see the module docstring)."""
+    _, body_consts, _, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     ninner = len(body_jaxpr.consts)
-    first_carry = body_nconsts + 1
     # Residuals that are loop constants are passed as they are (never the carry).
     allow_fwds = [True] * (ninner + body_nconsts) + [False] * (1 + len(carry))
 
@@ -227,13 +246,10 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
             residual_kinds.append(("row", step_index))
             step_index += 1
     n_rows = step_index
-    ncarry = len(carry)
-    row_avals = primal_jaxpr.out_avals[ncarry:]
+    row_avals = primal_jaxpr.out_avals[len(carry):]
     assert len(row_avals) == n_rows
 
-    carry_avals = body_jaxpr.in_avals[first_carry:]
-
-    # (b) the linear While, with its body taking [invariants, rows, dconsts, dcarry].
+    # The linear While's body takes [invariants, rows, dconsts, dcarry].
     n_inv = len(invariants)
     n_dconsts = sum(const_nz)
     res_avals = tangent_jaxpr.in_avals[:len(residual_kinds)]
@@ -251,17 +267,31 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
 
     lin_body = trace_closed(linear_body, [*inv_avals, *row_avals, *dconst_avals,
                                           *dcarry_avals], "linear_while_body")
+    return StepResiduals(primal_jaxpr, hoisted_consts, invariants, lin_body, row_avals,
+                         list(const_nz), carry_nz)
+
+
+def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                     body_nconsts, static_bound, name, role, unroll, gradient_memory):
+    """The linearize rule of `functional_while_p` storing every step's residual rows
+    in stacks of `static_bound` rows (see the module docstring)."""
+    cond_consts, _, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    assert static_bound is not None
+    ncarry, n_rows, n_inv = len(carry), len(steps.row_avals), len(steps.invariants)
+    const_nz, carry_nz = steps.const_nz, steps.carry_nz
+    n_dconsts = sum(const_nz)
+    carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
 
     # (a) the primal While, pushing the residual rows of each step.
     # (no more steps per iteration than the loop can take: padding stays below the bound)
-    steps = max(static_bound, 1)
-    grad_unroll = min(unroll_factor(always_true([]), lin_body, unroll), steps)
-    fwd_unroll = min(unroll_factor(cond_jaxpr, primal_jaxpr, unroll), steps)
+    loop_steps = max(static_bound, 1)
+    grad_unroll = min(unroll_factor(always_true([]), steps.lin_body, unroll), loop_steps)
+    fwd_unroll = min(unroll_factor(cond_jaxpr, steps.primal_jaxpr, unroll), loop_steps)
     pad = grad_unroll - 1
     n, *outs = functional_while(
-        cond_consts, hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
-        body_jaxpr=primal_jaxpr, static_bound=static_bound, name=name, role=role,
-        unroll=unroll, accumulators=n_rows,
+        cond_consts, steps.hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
+        body_jaxpr=steps.primal_jaxpr, static_bound=static_bound, name=name, role=role,
+        unroll=unroll, gradient_memory=gradient_memory, accumulators=n_rows,
         stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
@@ -272,19 +302,19 @@ def stored_linearize(is_vjp, nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts
         dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts, const_nz) if nz]
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out = linear_while_p.bind(
-            *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=lin_body, n_invariants=n_inv,
-            n_stacks=n_rows, n_dconsts=n_dconsts, static_bound=static_bound, name=name,
-            row_offset=pad, unroll=unroll)
+            *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=steps.lin_body,
+            n_invariants=n_inv, n_stacks=n_rows, n_dconsts=n_dconsts,
+            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
         return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
 
-    return [n, *carry_out], [False, *carry_nz], [n, *invariants, *stacks], linearized
+    return ([n, *carry_out], [False, *carry_nz], [n, *steps.invariants, *stacks],
+            linearized)
 
 
 def _hoisted_flags(in_fwd_res, which_hoisted):
     """Align `which_hoisted` (one flag per non-forwarded residual) with all residuals."""
     it = iter(which_hoisted)
     return [False if f is not None else next(it) for f in in_fwd_res]
-

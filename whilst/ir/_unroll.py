@@ -50,7 +50,7 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     if not all(is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
                for v in _all_vars(j.jaxpr)):
         return 1  # symbolic shapes: sizes unknown
-    if any(_nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
+    if any(nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
         return 1
     work = _work(body_jaxpr.jaxpr) + _work(cond_jaxpr.jaxpr)
     return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
@@ -76,7 +76,7 @@ def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
     return False
 
 
-def _nbytes(aval) -> int:
+def nbytes(aval) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 

@@ -70,8 +70,9 @@ def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
 
 def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                                body_nconsts, static_bound, name, role, unroll, checkpoints,
-                               accumulators, stack_rows, row_offset, pops, pop_pad):
-    del checkpoints
+                               gradient_memory, accumulators, stack_rows, row_offset, pops,
+                               pop_pad):
+    del checkpoints, gradient_memory  # reverse mode's, chosen before lowering
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     consts, top, popped = split_pops(body_consts, pops)
     ncarry = len(carry)

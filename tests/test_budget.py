@@ -1,0 +1,154 @@
+"""Reverse mode with no extra argument: a loop with or without a bound is
+differentiable, storing steps while they fit `gradient_memory` and recomputing
+the later ones from checkpoints. Oracles: jax.grad of the loop unrolled in Python."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+from conftest import nested_sin_oracle, unrolled
+from whilst.ir import iter_loops
+
+X = jnp.linspace(0.1, 1.0, 4)
+W = jnp.float32(1.3)
+
+
+def step(w, i, x):
+    return i + 1, x + 0.01 * jnp.sin(w * x) + 0.001 * i
+
+
+def loss(x, w, n, **options):
+    _, x = whilst.while_loop(lambda i, x: i < n, functools.partial(step, w), [0, x],
+                             **options)
+    return jnp.sum(x ** 2)
+
+
+def oracle(x, w, n):
+    _, x = unrolled(lambda i, x: i < n, functools.partial(step, w), [0, x])
+    return jnp.sum(x ** 2)
+
+
+def policy(**options):
+    """`(stored_steps, checkpoints)` of the loops `jax.grad(loss, (0, 1))` emits: the
+    bound of the forward While that pushes rows (None if none) and the checkpoints
+    of the checkpointed one (None if none)."""
+    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
+    loops = list(iter_loops(jax.make_jaxpr(grad)(X, W).jaxpr))
+    stored = [e.params["static_bound"] for e in loops
+              if e.params["role"] == "forward" and e.params["accumulators"]]
+    ckpt = [e.params["checkpoints"] for e in loops
+            if e.params["role"] == "forward" and e.params["checkpoints"]]
+    return (stored or [None])[0], (ckpt or [None])[0]
+
+
+@functools.lru_cache(maxsize=None)
+def whilst_grad(**options):
+    """jax.grad of `loss` compiled once per options (the trip count n is data)."""
+    return jax.jit(jax.grad(functools.partial(loss, **options), (0, 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_grad(n):
+    return jax.grad(oracle, (0, 1))(X, W, n)
+
+
+def check_grad(options, n):
+    got = whilst_grad(**options)(X, W, n)
+    want = oracle_grad(n)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 100, 5000])
+def test_unbounded_loop_differentiates_with_no_extra_argument(n):
+    check_grad({}, n)
+
+
+def test_default_budget_stores_the_first_mebibyte_and_checkpoints_after_it():
+    stored, checkpoints = policy()
+    rows = whilst.residual_report(functools.partial(loss, n=7, maximum_iterations=1), X, W,
+                                  argnums=(0, 1))
+    row_bytes = rows.loops[0].bytes_per_iteration
+    assert row_bytes == 32
+    assert whilst.ir.DEFAULT_GRADIENT_MEMORY == 1 << 20
+    assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
+    assert checkpoints == 64
+
+
+@pytest.mark.parametrize("options, want_policy", [
+    (dict(maximum_iterations=40), (40, None)),                 # fits: every step stored
+    (dict(maximum_iterations=40, gradient_memory=0), (None, 1)),  # checkpoints only
+    (dict(gradient_memory=0), (None, 1)),
+    (dict(gradient_memory=120), (3, 1)),                       # switch after 3 steps
+    (dict(maximum_iterations=40, gradient_memory=120), (3, 1)),
+    (dict(maximum_iterations=40, gradient_memory=1000), (23, 12)),
+])
+def test_budgets_force_each_policy_and_the_switch_mid_loop(options, want_policy):
+    # Rows of this loop are 2 f32[4] (32 bytes), its carry 20 bytes: K copies take
+    # at most a quarter of the budget, the rows the rest.
+    assert policy(**options) == want_policy
+    for n in [0, 1, 2, 3, 4, 22, 23, 24, 40]:
+        check_grad(options, n)
+
+
+def test_checkpoints_and_maximum_iterations_keep_their_meaning():
+    assert policy(checkpoints=3, maximum_iterations=50) == (None, 3)
+    assert policy(maximum_iterations=50) == (50, None)
+
+
+def test_cost_is_flat_in_maximum_iterations():
+    # Past the budget, the stored rows stop growing with the bound.
+    stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 16, 1 << 30]]
+    assert stored[0] == 256 and stored[1] == stored[2] < 1 << 16
+
+
+def test_jit_vmap_per_example_trip_counts_and_switch():
+    ns = jnp.array([0, 2, 5, 30])
+    xs = jnp.stack([X, X * 0.5, X + 0.3, -X])
+    options = dict(gradient_memory=120)
+    got = jax.jit(jax.vmap(jax.grad(lambda x, n: loss(x, W, n, **options))))(xs, ns)
+    want = [jax.grad(oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
+    np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
+    got = jax.grad(lambda xs: jax.vmap(lambda x, n: loss(x, W, n, **options))(xs, ns).sum())(xs)
+    np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 3, 9])
+def test_grad_of_grad_across_the_switch(n):
+    options = dict(gradient_memory=120)
+    got = jax.grad(lambda w: jax.grad(loss)(X, w, n, **options).sum())(W)
+    want = jax.grad(lambda w: jax.grad(oracle)(X, w, n).sum())(W)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_nested_unbounded_loops():
+    # Inner and outer loops have no bound; the tiny budget switches both mid-loop.
+    def f(x, a):
+        def outer_body(i, x):
+            _, y = whilst.while_loop(lambda j, y: j <= i, lambda j, y: (j + 1, jnp.sin(y) * a + x),
+                                     [0, x], gradient_memory=30)
+            return i + 1, y * 0.9
+        return whilst.while_loop(lambda i, x: i < 6, outer_body, [0, x],
+                                 gradient_memory=30)[1]
+
+    for got, want in zip(jax.grad(f, (0, 1))(0.6, 0.7),
+                         jax.grad(lambda x, a: nested_sin_oracle(x, 6, a), (0, 1))(0.6, 0.7)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_data_dependent_stop_with_no_bound():
+    # The trip count depends on the data only; the tail tests cond where the head stopped.
+    def f(x):
+        return whilst.while_loop(lambda x: jnp.sum(x) < 20.0, lambda x: x * 1.1 + 0.05, [x],
+                                 gradient_memory=64)
+
+    def g(x):
+        return unrolled(lambda x: jnp.sum(x) < 20.0, lambda x: x * 1.1 + 0.05, [x])[0]
+
+    for x0 in [X, X * 10, X * 0.01]:
+        np.testing.assert_allclose(jax.jacrev(f)(x0), jax.jacrev(g)(x0), rtol=1e-5)
+        v, t = jax.jvp(f, (x0,), (jnp.ones(4),))
+        np.testing.assert_allclose(t, jax.jvp(g, (x0,), (jnp.ones(4),))[1], rtol=1e-5)

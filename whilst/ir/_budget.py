@@ -1,0 +1,95 @@
+"""Reverse mode within a memory budget: stored steps first, checkpointed steps after.
+
+A loop whose stored residuals could outgrow `gradient_memory` bytes (no bound,
+or a bound of more rows than fit) is linearized as two loops that together take
+the same steps::
+
+    # the head: the first `head_rows` steps, every step's residuals stored
+    n_head, carry = stored_while(cond, body, carry, bound=min(bound, head_rows))
+    # the tail: the steps after them, K carries kept (`_checkpoint.py`)
+    n_tail, carry = checkpointed_while(cond(n_head + i, ...), body(n_head + i, ...),
+                                       carry, bound=bound - n_head, checkpoints=K)
+    return n_head + n_tail, carry
+
+The tail tests `cond` once more where the head stopped, so it takes no step
+when the loop ended within the head. Its gradient runs first, then the head's.
+`head_rows` and `K` share the budget: K copies of the carry take at most a
+quarter of it (1 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest.
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+from jax.interpreters.ad import Zero
+
+from whilst._jax_compat import is_constant_shape, split_list
+from whilst.ir._checkpoint import checkpointed_linearize
+from whilst.ir._functional_while import COUNTER_AVAL, split_operands
+from whilst.ir._reverse import StepResiduals, stored_linearize
+from whilst.ir._tracing import call, trace_closed
+from whilst.ir._unroll import nbytes
+
+MAX_TAIL_CHECKPOINTS = 64
+
+
+def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
+    """`(head_rows, K)`: stored steps and tail checkpoints that fit in `budget` bytes
+    (K copies of the carry take at least one copy, even beyond the budget)."""
+    if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
+        return 0, MAX_TAIL_CHECKPOINTS // 4  # sizes unknown: checkpoints only
+    carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
+    K = int(np.clip(budget // 4 // carry_bytes, 1, MAX_TAIL_CHECKPOINTS))
+    head_rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
+    return int(head_rows), K
+
+
+def _shifted(jaxpr, nconsts, name):
+    """`jaxpr(*consts, i, *xs)` as `f(*consts, offset, i, *xs) = jaxpr(*consts,
+    offset + i, *xs)`."""
+    avals = jaxpr.in_avals
+
+    def shifted(*args):
+        consts, (offset, i), xs = split_list(args, [nconsts, 2])
+        return call(jaxpr, *consts, offset + i, *xs)
+
+    return trace_closed(shifted, [*avals[:nconsts], COUNTER_AVAL, *avals[nconsts:]], name)
+
+
+def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jaxpr,
+                     body_jaxpr, cond_nconsts, body_nconsts, static_bound, name, role, unroll,
+                     gradient_memory):
+    """The linearize rule of `functional_while_p` as a stored head of `head_rows`
+    steps and a checkpointed tail with K checkpoints (see the module docstring)."""
+    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    cond_nz, const_nz, _, _ = split_operands(nzs, cond_nconsts, body_nconsts)
+    loop = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
+                body_nconsts=body_nconsts, name=name, role=role, unroll=unroll)
+    n_head, carry_nz, head_res = np.int32(0), split_operands(nzs, cond_nconsts,
+                                                             body_nconsts)[3], []
+    if head_rows:
+        (n_head, *carry), (_, *carry_nz), head_res, head_linearized = stored_linearize(
+            steps, *cond_consts, *body_consts, lax.min(bound, np.int32(head_rows)), *carry,
+            static_bound=head_rows, gradient_memory=gradient_memory, **loop)
+
+    tail_out, tail_nz, tail_res, tail_linearized = checkpointed_linearize(
+        [*cond_nz, False, *const_nz, False, False, *carry_nz],
+        *cond_consts, n_head, *body_consts, n_head, bound - n_head, *carry,
+        cond_jaxpr=_shifted(cond_jaxpr, cond_nconsts, f"{name}_tail_cond"),
+        body_jaxpr=_shifted(body_jaxpr, body_nconsts, f"{name}_tail_body"),
+        cond_nconsts=cond_nconsts + 1, body_nconsts=body_nconsts + 1,
+        static_bound=None if static_bound is None else max(static_bound - head_rows, 0),
+        name=name, role=role, unroll=unroll, checkpoints=K)
+    n_tail, *carry_out = tail_out
+    offset_zero = Zero(COUNTER_AVAL.to_tangent_aval())
+
+    def linearized(residuals, *tangents):
+        res_head, res_tail = split_list(residuals, [len(head_res)])
+        cond_t, const_t, (bound_t,), carry_t = split_list(
+            list(tangents), [cond_nconsts, body_nconsts, 1])
+        if head_rows:
+            carry_t = head_linearized(res_head, *tangents)[1:]
+        return tail_linearized(res_tail, *cond_t, offset_zero, *const_t, offset_zero,
+                               bound_t, *carry_t)
+
+    return [n_head + n_tail, *carry_out], tail_nz, [*head_res, *tail_res], linearized
+
