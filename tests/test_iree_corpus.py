@@ -424,6 +424,11 @@ def ck_loss_ref(x, n):
     return jnp.sum(x ** 2)
 
 
+def budget_loss(x, n, **options):
+    out = wl(lambda i, x: i < n, lambda i, x: (i + 1, ck_step(WC, i, x)), [0, x], **options)
+    return jnp.sum(out[1] ** 2)
+
+
 def ck_stop(x):
     return wl(lambda x: x < 10.0, lambda x: x * 1.7 + 0.2, [x], checkpoints=2)
 
@@ -480,6 +485,12 @@ CHECKPOINT = [
            jax.grad(lambda x, n=n: ck_loss_ref(x, n))) for n in (0, 5, 12)],
     Case("checkpoint_grad_traced_n", jax.grad(ck_loss), (XC, np.int32(7)),
          lambda x, n: jax.grad(ck_loss_ref)(x, n)),
+    # No bound: the default budget stores every step of these; 200 bytes store 6
+    # steps and checkpoint the rest (K=3).
+    Case("budget_grad_unbounded", jax.grad(budget_loss), (XC, np.int32(9)),
+         lambda x, n: jax.grad(ck_loss_ref)(x, n)),
+    *[Case(f"budget_switch_n{n}", jax.grad(lambda x, n: budget_loss(x, n, gradient_memory=200)),
+           (XC, np.int32(n)), lambda x, n: jax.grad(ck_loss_ref)(x, n)) for n in (4, 13)],
     Case("checkpoint_data_dependent_stop", jax.grad(ck_stop), (f32(0.5),),
          jax.grad(grow_to_ten_ref)),
     Case("checkpoint_jvp_and_grad_of_grad",

@@ -127,9 +127,8 @@ def test_fori_loop_grad_matches_unrolled_loop():
                                rtol=1e-5, atol=1e-6)
 
 
-def test_fori_loop_traced_bounds_differentiate_with_checkpoints():
+def test_fori_loop_traced_bounds_differentiate():
     body = lambda i, v: jnp.sin(v) + 0.1 * i
-    f = lambda x, n: whilst.lax.fori_loop(0, n, body, x, checkpoints=2).sum()
 
     def unrolled(x):
         for i in range(5):
@@ -137,9 +136,10 @@ def test_fori_loop_traced_bounds_differentiate_with_checkpoints():
         return x.sum()
 
     x = jnp.array([0.3, 0.6])
-    np.testing.assert_allclose(jax.jit(jax.grad(f))(x, 5), jax.grad(unrolled)(x), rtol=1e-5)
-    with pytest.raises(ValueError, match="maximum_iterations"):
-        jax.jit(jax.grad(lambda x, n: whilst.lax.fori_loop(0, n, body, x).sum()))(x, 5)
+    for options in [dict(checkpoints=2), {}, dict(gradient_memory=40)]:
+        f = lambda x, n: whilst.lax.fori_loop(0, n, body, x, **options).sum()
+        np.testing.assert_allclose(jax.jit(jax.grad(f))(x, 5), jax.grad(unrolled)(x),
+                                   rtol=1e-5)
 
 
 def test_errors_name_the_argument_and_the_path():

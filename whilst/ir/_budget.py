@@ -14,7 +14,11 @@ the same steps::
 The tail tests `cond` once more where the head stopped, so it takes no step
 when the loop ended within the head. Its gradient runs first, then the head's.
 `head_rows` and `K` share the budget: K copies of the carry take at most a
-quarter of it (1 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest.
+quarter of it (2 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest; a
+head of fewer than 2 steps is left out. (Both minimums also avoid IREE 3.13
+failures: stacks of one row crash iree-compile, and a K=1 tail after a head
+fails with "'scf.while' op ... region branch point has 18 operands, but region
+successor needs 20"; `bench/iree_limits/reproduce.py budget_k1_tail`.)
 """
 from __future__ import annotations
 
@@ -29,18 +33,20 @@ from whilst.ir._reverse import StepResiduals, stored_linearize
 from whilst.ir._tracing import call, trace_closed
 from whilst.ir._unroll import nbytes
 
-MAX_TAIL_CHECKPOINTS = 64
+MIN_TAIL_CHECKPOINTS, MAX_TAIL_CHECKPOINTS = 2, 64
+MIN_HEAD_ROWS = 2
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
     """`(head_rows, K)`: stored steps and tail checkpoints that fit in `budget` bytes
-    (K copies of the carry take at least one copy, even beyond the budget)."""
+    (K copies of the carry take at least MIN_TAIL_CHECKPOINTS copies, even beyond
+    the budget)."""
     if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
         return 0, MAX_TAIL_CHECKPOINTS // 4  # sizes unknown: checkpoints only
     carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
-    K = int(np.clip(budget // 4 // carry_bytes, 1, MAX_TAIL_CHECKPOINTS))
+    K = int(np.clip(budget // 4 // carry_bytes, MIN_TAIL_CHECKPOINTS, MAX_TAIL_CHECKPOINTS))
     head_rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
-    return int(head_rows), K
+    return (int(head_rows) if head_rows >= MIN_HEAD_ROWS else 0), K
 
 
 def _shifted(jaxpr, nconsts, name):
