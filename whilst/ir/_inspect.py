@@ -55,6 +55,10 @@ class ResidualReport:
     def bytes_per_iteration(self) -> int:
         return sum(loop.bytes_per_iteration for loop in self.loops)
 
+    @property
+    def total_bytes(self) -> int:
+        return sum(loop.total_bytes for loop in self.loops)
+
     def __str__(self) -> str:
         lines = [f"{'loop':<20} {'role':<9} {'stacks':>6} {'bytes/iter':>11} {'max iter':>9} "
                  f"{'total bytes':>12}"]
