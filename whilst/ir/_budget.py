@@ -67,11 +67,10 @@ def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jax
     """The linearize rule of `functional_while_p` as a stored head of `head_rows`
     steps and a checkpointed tail with K checkpoints (see the module docstring)."""
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
-    cond_nz, const_nz, _, _ = split_operands(nzs, cond_nconsts, body_nconsts)
+    cond_nz, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     loop = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
                 body_nconsts=body_nconsts, name=name, role=role, unroll=unroll)
-    n_head, carry_nz, head_res = np.int32(0), split_operands(nzs, cond_nconsts,
-                                                             body_nconsts)[3], []
+    n_head, head_res = np.int32(0), []
     if head_rows:
         (n_head, *carry), (_, *carry_nz), head_res, head_linearized = stored_linearize(
             steps, *cond_consts, *body_consts, lax.min(bound, np.int32(head_rows)), *carry,

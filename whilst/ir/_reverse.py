@@ -33,8 +33,10 @@ factors the lowering will choose when exporting: the forward's k_f sizes them
 rows below step 0, so that its chunk reads never start below row 0. (The
 lowering never unrolls past what the layout allows.)
 
-With `checkpoints` set, `_checkpoint.py` linearizes instead (no bound needed,
-K carries kept, steps recomputed); `_linearize.py` chooses.
+This is used when `static_bound` rows fit in the loop's `gradient_memory`;
+otherwise `_budget.py` stores the first steps this way and checkpoints the rest,
+and with `checkpoints` set `_checkpoint.py` linearizes instead (K carries kept,
+steps recomputed); `_linearize.py` chooses.
 
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. A
