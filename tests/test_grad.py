@@ -173,6 +173,24 @@ def test_second_order():
     check_grads(f, (x,), order=2, modes=["rev", "fwd"])
 
 
+@pytest.mark.parametrize("loop_kw", [dict(maximum_iterations=4), dict(checkpoints=2)])
+def test_forward_mode_of_a_linearized_loop(loop_kw):
+    # jax.jvp of the tangent map (a linear While) that jax.linearize returns
+    def f(x):
+        return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, jnp.sin(x) * x),
+                                 [0, x], **loop_kw)[1]
+
+    def g(x):
+        for _ in range(3):
+            x = jnp.sin(x) * x
+        return x
+
+    x, t = jnp.array([0.8, -0.3]), jnp.array([1.0, 2.0])
+    tangent_map = lambda f: lambda x: jax.linearize(f, x)[1](t)
+    np.testing.assert_allclose(jax.jvp(tangent_map(f), (x,), (t,)),
+                               jax.jvp(tangent_map(g), (x,), (t,)), rtol=1e-5)
+
+
 def test_nested_loops():
     def f(x):
         def outer(i, x):

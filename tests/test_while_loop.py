@@ -192,3 +192,79 @@ def test_dtypes_round_trip(dtype):
     x = np.ones(3, dtype)
     i, y = whilst.while_loop(lambda i, x: i < 2, lambda i, x: (i + 1, x), [0, x])
     assert y.dtype == dtype
+
+
+def lax_version(cond, body, loop_vars):
+    """The same program with jax.lax.while_loop (one carry: the tuple of loop_vars)."""
+    return list(jax.lax.while_loop(lambda vs: cond(*vs), lambda vs: tuple(body(*vs)),
+                                   tuple(loop_vars)))
+
+
+WEAK_CASES = {
+    # a Python scalar takes the dtype body gives it
+    "int8": (lambda v: v < 2, lambda v: (v + jnp.int8(1),), [0]),
+    "float16": (lambda v: v < 2.0, lambda v: (v + jnp.float16(0.5),), [0.0]),
+    "bfloat16": (lambda v: v < 2.0, lambda v: (v * jnp.bfloat16(1.5) + 0.5,), [1.0]),
+    "int_to_float32": (lambda v: v < 2, lambda v: (v + jnp.float32(0.75),), [0]),
+    "stays_weak": (lambda v: v < 5, lambda v: (v * 2 + 1,), [1]),
+    # weak and strong leaves in one pytree
+    "pytree": (lambda i, p: i < 3,
+               lambda i, p: (i + 1, Pair(p.j * jnp.float16(1.5), {"a": p.k["a"] + 1.0,
+                                                                 "b": p.k["b"] - 1})),
+               [0, Pair(1.0, {"a": np.float32(2.0), "b": np.int8(7)})]),
+}
+
+
+def assert_same_leaves(got, want):
+    got, want = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert jax.typeof(g) == jax.typeof(w), (jax.typeof(g), jax.typeof(w))  # weak types too
+        np.testing.assert_array_equal(np.asarray(g, np.float64), np.asarray(w, np.float64))
+
+
+@pytest.mark.parametrize("case", sorted(WEAK_CASES))
+def test_python_scalars_are_weakly_typed_as_in_lax(case):
+    cond, body, loop_vars = WEAK_CASES[case]
+    want = lax_version(cond, body, loop_vars)
+    got = whilst.while_loop(cond, body, loop_vars, return_same_structure=True)
+    assert_same_leaves(got, want)
+    got_jit = jax.jit(lambda: whilst.while_loop(cond, body, loop_vars,
+                                                return_same_structure=True))()
+    assert_same_leaves(got_jit, want)
+
+
+def test_int8_example():
+    out = whilst.while_loop(lambda v: v < 2, lambda v: v + jnp.int8(1), [0])
+    assert out.dtype == jnp.int8 and int(out) == 2
+
+
+def test_weakly_typed_carry_under_grad():
+    def run(while_loop, x):
+        def body(i, v, s):
+            return i + 1, v * x.astype(jnp.float16), s + jnp.float32(0.5) * x
+        _, v, s = while_loop(lambda i, v, s: i < 3, body, [0, 1.0, 0])
+        return v.astype(jnp.float32) + s
+
+    def unrolled(x):
+        v, s = jnp.float16(1.0), jnp.float32(0)
+        for _ in range(3):
+            v, s = v * x.astype(jnp.float16), s + jnp.float32(0.5) * x
+        return v.astype(jnp.float32) + s
+
+    bounded = lambda c, b, vs: whilst.while_loop(c, b, vs, maximum_iterations=3)
+    x = jnp.float32(1.5)
+    assert_same_leaves(run(bounded, x), run(lax_version, x))
+    for grad in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+        np.testing.assert_allclose(grad(lambda x: run(bounded, x))(x), jax.grad(unrolled)(x),
+                                   rtol=1e-3)
+
+
+def test_strongly_typed_loop_var_keeps_its_dtype_or_fails():
+    # a Python scalar returned for a strongly typed variable takes its dtype
+    out = whilst.while_loop(lambda v: v < 2, lambda v: 5, [jnp.int8(0)])
+    assert out.dtype == jnp.int8 and int(out) == 5
+    with pytest.raises(TypeError, match=r"loop_vars\[0\] has dtype int8, but the loop "
+                                        r"variable has dtype int32.*astype\(int32\)"):
+        whilst.while_loop(lambda v: v < 2, lambda v: (v + 1).astype(jnp.int8),
+                          [np.int32(0)])

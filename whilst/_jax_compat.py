@@ -26,12 +26,16 @@ from jax._src.interpreters.batching import batch_jaxpr, moveaxis
 from jax._src.interpreters.partial_eval import (
     _jaxpr_forwarding as jaxpr_forwarding, close_jaxpr, convert_constvars_jaxpr,
     move_binders_to_back, move_binders_to_front, prune_closed_jaxpr_outputs)
+# Splitting a loop's cond and body into known and unknown parts (remat's partial
+# evaluation, as jax.lax.while_loop's): public only from jax 0.12. (Checked on
+# 0.10.2 and 0.12.0.1, same signature; no 0.11.2 install was at hand.)
+from jax._src.interpreters.partial_eval import partial_eval_jaxpr_nounits
 # Lowering helpers for a sub-jaxpr's constants and stablehlo op builders that
 # handle symbolic shapes: not in jax.interpreters.mlir.
 from jax._src.interpreters.mlir import (  # noqa: F401
     broadcast_in_dim, dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op)
-# A carry keeps its weak type when the body returns its dtype strongly typed (as
-# in jax.lax's loops): no public conversion that sets weak_type.
+# A carry keeps its weak type when the body returns its dtype strongly typed
+# (frontend/_carry_types.py): no public conversion that sets weak_type.
 from jax._src.lax.lax import _convert_element_type as convert_element_type
 # Debug info for jaxprs traced by rules (required by lu.wrap_init): no public builder.
 from jax._src.api_util import debug_info
@@ -45,7 +49,8 @@ __all__ = [
     "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
     "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
     "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
-    "partition_list", "prune_closed_jaxpr_outputs", "scan_known_hoisting", "split_list",
+    "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs",
+    "scan_known_hoisting", "split_list",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

@@ -5,8 +5,8 @@ import jax
 import numpy as np
 from jax import lax
 
-from whilst._jax_compat import convert_element_type
 from whilst.frontend import _checks as checks
+from whilst.frontend._carry_types import trace_body
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 
@@ -123,32 +123,19 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
         out = cond_fun(jax.tree_util.tree_unflatten(tree, xs))
         return [checks.check_cond_output(out, "cond_fun", api)]
 
-    def trace_body(init):
-        def flat_body(i, *xs):
-            del i
-            out = body_fun(jax.tree_util.tree_unflatten(tree, xs))
-            out_tree = jax.tree_util.tree_structure(out)
-            if out_tree != tree:
-                raise TypeError(
-                    f"{api}: body_fun must return the structure of init_val; found "
-                    f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
-                    f"in the same containers.")
-            outs = [checks.to_array(f"body_fun output {path}", x, api)
-                    for path, x in zip(paths, jax.tree_util.tree_leaves(out))]
-            # An output of the carry's dtype takes the carry's weak type, as in jax.lax.
-            return [convert_element_type(y, weak_type=jax.typeof(x).weak_type)
-                    if y.dtype == x.dtype else y for x, y in zip(init, outs)]
-        avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-        return trace_with_consts(flat_body, avals, f"{name}_body")
+    def flat_body(i, *xs):
+        del i
+        out = body_fun(jax.tree_util.tree_unflatten(tree, xs))
+        out_tree = jax.tree_util.tree_structure(out)
+        if out_tree != tree:
+            raise TypeError(
+                f"{api}: body_fun must return the structure of init_val; found "
+                f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
+                f"in the same containers.")
+        return [checks.to_array(f"body_fun output {path}", x, api)
+                for path, x in zip(paths, jax.tree_util.tree_leaves(out))]
 
-    body_jaxpr, body_consts = trace_body(init)
-    # As jax.lax.while_loop: a weakly typed leaf takes the type body_fun gives it.
-    promoted = [x if not jax.typeof(x).weak_type or x.dtype == out.dtype
-                else lax.convert_element_type(x, jax.numpy.result_type(x, out.dtype))
-                for x, out in zip(init, body_jaxpr.out_avals)]
-    if any(p is not x for p, x in zip(promoted, init)):
-        init = promoted
-        body_jaxpr, body_consts = trace_body(init)
+    init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
     for path, x, out in zip(paths, init, body_jaxpr.out_avals):
         if (x.shape, x.dtype) != (out.shape, out.dtype):
             raise TypeError(

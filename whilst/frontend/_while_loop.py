@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import jax
 from jax import lax
-from jax.core import ShapedArray
 
 from whilst.frontend import _checks as checks
+from whilst.frontend._carry_types import trace_body
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 
@@ -23,19 +23,23 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
             i += 1
         return loop_vars
 
-    The loop is traced once; it runs under `jax.jit`, `jax.vmap` (each example
-    stops on its own: a finished example keeps its values while others run
-    on), `jax.jvp` and `jax.grad`/`jax.vjp`/`jax.linearize`, bounded or not.
-    Reverse mode stores the residuals of as many steps as fit in
-    `gradient_memory` bytes and recomputes the later steps from copies of
-    loop_vars (see `gradient_memory`); with `checkpoints=K` it keeps K copies
-    and recomputes every step between them.
+    The loop is traced once (twice when a Python scalar takes body's dtype);
+    it runs under `jax.jit`, `jax.vmap` (each example stops on its own: a
+    finished example keeps its values while others run on), `jax.jvp`,
+    `jax.grad`/`jax.vjp`/`jax.linearize`, bounded or not, and inside
+    `jax.checkpoint` (the backward pass runs the loop again). Reverse mode
+    stores the residuals of as many steps as fit in `gradient_memory` bytes
+    and recomputes the later steps from copies of loop_vars (see
+    `gradient_memory`); with `checkpoints=K` it keeps K copies and recomputes
+    every step between them.
 
     Args:
       cond: `cond(*loop_vars) -> bool scalar`.
       body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
       loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts)
-        of arrays or Python/numpy scalars.
+        of arrays or Python/numpy scalars. A Python scalar is weakly typed, as
+        in `jax.lax.while_loop`: it takes the dtype body gives it (`[0]` with
+        `body = lambda v: v + jnp.int8(1)` loops on an int8).
       shape_invariants: optional shapes, one per array, in the structure of
         loop_vars; `None` marks a dimension that may vary. whilst loops keep
         fixed shapes, so a body that changes a shape is an error even where the
@@ -101,23 +105,28 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     leaves = [checks.to_array(checks.path_name("loop_vars", p), x)
               for p, x in leaves_with_paths]
     leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
-    checks.check_checkpoint_memory(checkpoints, leaves)
     invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
                                                    leaves_with_paths)
-    carry_avals = [ShapedArray(x.shape, x.dtype) for x in leaves]
-    init = [lax.convert_element_type(x, x.dtype) for x in leaves]  # drops weak types
 
     def flat_body(i, *xs):
         del i
         out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
-        return _conform_body_output(out, loop_vars, leaves_with_paths, invariants)
+        return _conform_body_output(out, loop_vars, leaves_with_paths, xs, invariants)
 
     def flat_cond(i, *xs):
         del i
         return [checks.check_cond_output(cond(*jax.tree_util.tree_unflatten(in_tree, xs)))]
 
-    avals = [COUNTER_AVAL, *carry_avals]
-    body_jaxpr, body_consts = trace_with_consts(flat_body, avals, f"{name}_body")
+    init, body_jaxpr, body_consts = trace_body(flat_body, leaves, f"{name}_body")
+    for (path, _), x, out in zip(leaves_with_paths, init, body_jaxpr.out_avals):
+        if out.dtype != x.dtype:
+            raise TypeError(
+                f"while_loop: body output {checks.path_name('loop_vars', path)} has dtype "
+                f"{out.dtype}, but the loop variable has dtype {x.dtype}. Cast it with "
+                f".astype({x.dtype}) in body, or start the loop variable with the dtype "
+                f"body produces.")
+    checks.check_checkpoint_memory(checkpoints, init)
+    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
     cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
     operands = [cond_consts, body_consts, bound, init]
     if not back_prop:
@@ -131,8 +140,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     return result[0] if len(result) == 1 else result
 
 
-def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
-    """Flatten body's output, checking it against loop_vars leaf by leaf."""
+def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
+    """Flatten body's output, checking its structure and shapes against loop_vars
+    leaf by leaf (`carry`: the body's inputs)."""
     if len(loop_vars) == 1 and not (isinstance(out, (list, tuple)) and len(out) == 1
                                     and _same_structure(list(out), list(loop_vars))):
         out = [out]
@@ -153,7 +163,8 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
             f"Return one value per loop variable, in the same containers (tuple, list, "
             f"namedtuple, dict with the same keys).")
     flat = []
-    for (path, init), (_, value), inv in zip(leaves_with_paths, out_leaves, invariants):
+    for (path, init), (_, value), x, inv in zip(leaves_with_paths, out_leaves, carry,
+                                                invariants):
         where = checks.path_name("loop_vars", path)
         value = checks.to_array(f"body output {where}", value)
         if value.shape != init.shape:
@@ -168,15 +179,11 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, invariants):
             raise ValueError(
                 f"while_loop: body output {where} has shape {value.shape}, but the loop "
                 f"variable has shape {init.shape}. {fix}")
-        if value.dtype != init.dtype:
-            weak = jax.typeof(value).weak_type
-            if not (weak and jax.numpy.result_type(value, init.dtype) == init.dtype):
-                raise TypeError(
-                    f"while_loop: body output {where} has dtype {value.dtype}, but the "
-                    f"loop variable has dtype {init.dtype}. Cast it with "
-                    f".astype({init.dtype}) in body, or start the loop variable with the "
-                    f"dtype body produces.")
-        flat.append(lax.convert_element_type(value, init.dtype))
+        if (value.dtype != x.dtype and jax.typeof(value).weak_type
+                and not jax.typeof(x).weak_type
+                and jax.numpy.result_type(value, x.dtype) == x.dtype):
+            value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
+        flat.append(value)
     return flat
 
 

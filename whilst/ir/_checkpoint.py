@@ -189,8 +189,8 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
 
 def _linear_jvp(primals, tangents, **params):
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: expand_checkpointed_linear_while(*a, **params), primals,
-                   tangents)
+    return jax.jvp(lambda *a: expand_checkpointed_linear_while(*a, **params),
+                   list(primals), tangents)
 
 
 def _linear_batch(args, dims, **params):

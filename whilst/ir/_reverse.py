@@ -112,7 +112,7 @@ linear_while_p.def_abstract_eval(
 
 def _linear_while_jvp(primals, tangents, **params):
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: expand_linear_while(*a, **params), primals, tangents)
+    return jax.jvp(lambda *a: expand_linear_while(*a, **params), list(primals), tangents)
 
 
 def _linear_while_batch(args, dims, **params):
