@@ -11,6 +11,8 @@ Programs (the PROGRAMS table; add one with `register`):
   2. pushpop   jax.grad of that loop with maximum_iterations=N, N = 1000, 4000,
                16000: forward push plus reverse pop (time should grow linearly)
   3. tanh      grad_W of x <- tanh(W x), D=256, n=2048, maximum_iterations=4096
+  (2 and 3 pass `gradient_memory=STORE_ALL`, so every step is stored as the
+  rows' names say, beyond the default 1 MiB budget)
   4. samples   each `samples/*.py` defining `bench_program()` that returns
                `(fn, args)` is registered as `sample:<file name>`.
 
@@ -75,11 +77,15 @@ def sin_loop(x, n, **loop_options):
     return x
 
 
+STORE_ALL = 64 << 20  # gradient_memory that stores every step of pushpop and tanh
+
+
 def sin_loop_grad_loss(x, n, *, maximum_iterations, **loop_options):
-    """sum of the final x of n sin steps, bounded by maximum_iterations for reverse mode."""
+    """sum of the final x of n sin steps, bounded by maximum_iterations, every step
+    stored for reverse mode."""
     _, y = whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.sin(x) * 0.9 + 0.1),
                              [jnp.int32(0), x], maximum_iterations=maximum_iterations,
-                             name="pushpop", **loop_options)
+                             name="pushpop", gradient_memory=STORE_ALL, **loop_options)
     return jnp.sum(y)
 
 
@@ -107,7 +113,8 @@ def _pushpop(loop_options, quick):
 def _tanh(loop_options, quick):
     from grad_tanh import inputs, whilst_loss
     W, x0 = inputs()
-    loss = functools.partial(whilst_loss, maximum_iterations=4096, **loop_options)
+    loss = functools.partial(whilst_loss, maximum_iterations=4096, gradient_memory=STORE_ALL,
+                             **loop_options)
     return [Program("tanh grad_W n=2048", "tanh", jax.grad(loss), (W, x0, np.int32(2048)),
                     2048, rtol=2e-3)]
 
