@@ -4,29 +4,36 @@ next to equinox's online treeverse (`while_loop(kind="checkpointed", checkpoints
 both measured in this run by counting real body calls (a `jax.debug.callback` in the
 body), plus whilst's prediction (`whilst.ir.schedule_cost`), the lower bound for a
 forward that does not know n (`n - K`), and the median time of one gradient (no callback,
-JAX CPU).
+JAX CPU; whilst and equinox timed alternately, 11 times each) with their ratio.
 
 Extra per step = (body calls during jax.grad - 2 n) / n.
 
     .venv/bin/python bench/checkpoint_table.py [--quick]
 
-Measured (2-core x86, jax 0.10.2, equinox 0.13.8, one run):
+Measured (2-core x86 VM shared with other jobs, so loaded and noisy; jax 0.10.2, equinox
+0.13.8, one run):
 
-       K      n   whilst predicted  equinox   bound  whilst ms  equinox ms
-      90    100    0.100     0.100    0.100   0.100       0.52        0.41
-      90   1000    0.910     0.910    0.910   0.910       5.98        5.81
-      90   4000    0.978     0.978    0.978   0.978      25.37       27.84
-      16    100    0.840     0.840    0.840   0.840       0.66        1.05
-      16   1000    1.978     1.978    2.764   0.984      12.45        9.45
-      16   4000    2.793     2.793    3.954   0.996      73.60       44.06
-       4    100    2.860     2.860    3.030   0.960       1.06        0.28
-       4   1000    7.314     7.314   16.701   0.996      40.76        7.63
-       4   4000   11.642    11.642   70.081   0.999     231.45      161.01
+       K      n   whilst predicted  equinox   bound  whilst ms  equinox ms  ratio
+      90    100    0.100     0.100    0.100   0.100       0.50        0.71   0.70
+      90   1000    0.910     0.910    0.910   0.910       3.74        7.98   0.47
+      90   4000    0.978     0.978    0.978   0.978      14.60       32.29   0.45
+      16    100    0.840     0.840    0.840   0.840       0.50        0.92   0.54
+      16   1000    1.978     1.978    2.764   0.984       4.65       26.95   0.17
+      16   4000    2.793     2.793    3.954   0.996      19.86       71.58   0.28
+       4    100    2.860     2.860    3.030   0.960       0.30        0.35   0.87
+       4   1000    7.314     7.314   16.701   0.996       3.49       13.14   0.27
+       4   4000   11.642    11.642   70.081   0.999      23.50      150.95   0.16
 
 Where n <= (K+1)(K+2)/2 both sit on the bound n - K (a forward that does not know n
 stores at most K of the n states the reversal needs), which cannot be beaten. With
-this 16-float body the time is the gradient While's per-iteration overhead (schedule
-arithmetic, binary search, cond), not body evaluations.
+this 16-float body the time is per-iteration overhead, not body evaluations. Before
+the gradient While carried its plan (commit 55b69c6, the same script a minute
+earlier) the ratios were 1.12 0.92 1.09 / 1.30 0.88 0.81 / 3.60 3.49 1.34: it re-planned
+every iteration with a binary search in a binomial table, and a table over 512 bytes
+puts XLA:CPU's whole loop body on its slower concurrent executor. The closest cell,
+K = 4 and n = 100, is mostly fixed cost: XLA estimates equinox's program at under 1000
+flops, so PjRt runs it on the calling thread, while whilst's (its binomial search alone
+counts some 2700) is handed to a worker thread, tens of microseconds per call here.
 """
 from __future__ import annotations
 
@@ -73,16 +80,20 @@ def extra_per_step(kind, K, n):
     return (len(calls) - 2 * n) / n
 
 
-def median_time(kind, K, n, repeats=5):
-    grad = make(kind, K, False, None)
+def median_times(K, n, repeats=11):
+    """Median seconds of one gradient, whilst's and equinox's, timed alternately so
+    that a change of load on the machine affects both."""
+    grads = [make(kind, K, False, None) for kind in ("whilst", "equinox")]
     x = jnp.full(D, 0.3)
-    jax.block_until_ready(grad(x, n))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    for grad in grads:
         jax.block_until_ready(grad(x, n))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    times = [[], []]
+    for _ in range(repeats):
+        for grad, ts in zip(grads, times):
+            t0 = time.perf_counter()
+            jax.block_until_ready(grad(x, n))
+            ts.append(time.perf_counter() - t0)
+    return [float(np.median(ts)) for ts in times]
 
 
 def main():
@@ -94,15 +105,16 @@ def main():
           f"{__import__('equinox').__version__}, body: x <- sin(x)*0.9+0.1, x f32[{D}]")
     print("extra body evaluations per step during jax.grad (beyond n forward + n reversed)")
     header = f"{'K':>4} {'n':>6} {'whilst':>8} {'predicted':>9} {'equinox':>8} {'bound':>7}" \
-             f" {'whilst ms':>10} {'equinox ms':>11}"
+             f" {'whilst ms':>10} {'equinox ms':>11} {'ratio':>6}"
     print(header)
     for K in [90, 16, 4]:
         for n in ns:
             w = extra_per_step("whilst", K, n)
             e = extra_per_step("equinox", K, n)
-            tw, te = median_time("whilst", K, n), median_time("equinox", K, n)
+            tw, te = median_times(K, n)
             print(f"{K:>4} {n:>6} {w:>8.3f} {schedule_cost(n, K) / n:>9.3f} {e:>8.3f} "
-                  f"{max(n - K, 0) / n:>7.3f} {tw * 1e3:>10.2f} {te * 1e3:>11.2f}", flush=True)
+                  f"{max(n - K, 0) / n:>7.3f} {tw * 1e3:>10.2f} {te * 1e3:>11.2f} "
+                  f"{tw / te:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

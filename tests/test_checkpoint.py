@@ -1,6 +1,8 @@
 """Checkpointed reverse mode (`while_loop(checkpoints=K)`): gradients against jax.grad of
 the Python-unrolled loop, forward mode and second order, vmap with per-example trip
 counts, the schedule's own count of body evaluations, the StableHLO and IREE."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,8 @@ import whilst
 from conftest import nested_sin_oracle
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir._checkpoint_schedule import (
-    EMPTY, forward_slots_py, policy_init, policy_step_jnp, split_jnp, split_py)
+    EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step_jnp, split_jnp,
+    split_py)
 
 W = np.array([0.9, -0.7, 1.1], np.float32)
 X0 = np.array([0.3, -0.2, 0.5], np.float32)
@@ -144,6 +147,30 @@ def test_schedule_python_and_jax_numpy_agree():
             return jax.lax.fori_loop(0, n, body, init)[1]
         for n in range(0, 40):
             assert list(np.asarray(slots(n))) == forward_slots_py(n, K), (K, n)
+
+
+def test_split_is_exact_at_every_binomial_boundary():
+    # split_jnp rebuilds exact binomials from float32 products; an error would show
+    # where L crosses a binomial beta(s, r), so take L = beta(s, r) - 1, +0, +1 for
+    # every s and r up to SPLIT_EXACT_UP_TO, and segments longer than that.
+    for K in [3, 16, 90]:
+        Ls, ss = [], []
+        for s in range(1, K + 1):
+            vals = {2, 3, s + 1, s + 2, SPLIT_EXACT_UP_TO - 1, SPLIT_EXACT_UP_TO,
+                    SPLIT_EXACT_UP_TO + 1, 10 ** 9, 2 ** 31 - 1}
+            r = 1
+            while s > 1 and math.comb(s + r, s) <= SPLIT_EXACT_UP_TO + 1:
+                vals |= {math.comb(s + r, s) + d for d in (-1, 0, 1)}
+                r += 1
+            vals = sorted(v for v in vals if v >= 2)
+            Ls += vals
+            ss += [s] * len(vals)
+        got = jax.jit(jax.vmap(lambda L, s, K=K: split_jnp(L, s, K)))(
+            np.array(Ls, np.int32), np.array(ss, np.int32))
+        want = [split_py(L, s, K) for L, s in zip(Ls, ss)]
+        np.testing.assert_array_equal(got, want, err_msg=f"K={K}")
+    # The gradient While skips the search where the split is 1: up to s + 1 steps.
+    assert all(split_py(L, s, 16) == 1 for s in range(2, 17) for L in range(1, s + 2))
 
 
 def test_schedule_is_binomially_optimal_and_beats_the_online_bound():

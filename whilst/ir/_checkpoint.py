@@ -23,12 +23,14 @@ steps. It emits::
 
 Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
 **checkpointed gradient While** (role "gradient"): one `functional_while` whose
-body is the state machine of `whilst.ir._checkpoint_schedule` (restore a slot,
-maybe store the working carry into a free slot, then either advance one step or
-reverse one step with the body's vjp, accumulating the cotangents of the
-constants). It re-plans the reversal from the n counted by (a): binomial (revolve)
-schedules on the segments between the slots (a) stored, reusing the slots freed as
-the reversal passes them.
+body is the state machine of `whilst.ir._checkpoint_schedule`. Each iteration
+either advances one step (and stores the new carry when it reaches the planned
+step), or reverses one step with the body's vjp, accumulating the cotangents of
+the constants, and restores the latest checkpoint. It plans the reversal from the
+n counted by (a): binomial (revolve) schedules on the segments between the slots
+(a) stored, reusing the slots freed as the reversal passes them. The plan (the
+next step to store) is carried and recomputed only after a turn or a store, so
+most iterations are a body evaluation and two integer comparisons.
 
 Every loop here is a `functional_while` with `checkpoints=K`, so forward mode
 (jvp rule), batching (per-example trip counts: every lane runs its own schedule)
@@ -36,8 +38,10 @@ and differentiating the gradient While again (grad of grad: its carry holds the 
 slots, so that costs K checkpoints of K slots) reuse the same rules.
 
 StableHLO: `jax.grad` of one checkpointed loop holds two `stablehlo.while`: the
-forward (a) and the gradient While; the schedule is straight-line integer code
-(one `stablehlo.case` picks advance or reverse).
+forward (a) and the gradient While; the schedule is integer code: one
+`stablehlo.case` picks reverse, advance, or advance and store, and in the two
+re-planning branches one more computes the binomial split only for segments
+longer than the free slots + 2 (shorter ones store every step).
 
 References: A. Griewank, "Achieving logarithmic growth of temporal and spatial
 complexity in reverse automatic differentiation", Optim. Methods Softw. 1 (1992);
@@ -98,7 +102,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
         save, k, policy = policy_step_jnp(i, policy, pos, K)
         slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
-        pos = _store(pos, k, i, save)
+        pos = jnp.where(save & (lax.iota(np.int32, K) == k), i, pos)
         return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
 
     def forward_cond(*args):
@@ -208,7 +212,16 @@ mlir.register_lowering(checkpointed_linear_while_p,
 # ------------------------------------------- the checkpointed gradient While
 
 def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name):
-    """The gradient While: the schedule's state machine (see the module docstring)."""
+    """The gradient While: the schedule's state machine, in the stack form of the
+    `_checkpoint_schedule` docstring. Its integer state is one vector
+    `[cur, fine, target, h, store_slot]` (one loop-carried buffer rather than five:
+    XLA:CPU spends a kernel or a copy per iteration on most carried buffers);
+    `steps` has a spare level K so that the step of a store is written
+    unconditionally at level h; the slots are written under a mask.
+
+    The forward step (with the vjp's residuals) runs outside the `lax.switch`, so a
+    batched schedule (vmap, where the switch becomes a select) still evaluates the
+    body once per iteration."""
     K = checkpoints
     n, pos, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
@@ -225,8 +238,31 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
     nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
 
-    def reverse_step(cs, i, xs, ct):
-        """`ct -> (ct_x, ct_consts)`: the vjp of step i at carry xs."""
+    def plan(top, fine, h, order):
+        """`[top, fine, target, h, store_slot]`: the state at a checkpoint `top` with
+        `h` slots holding steps before `fine`. target is the step the reversal stores
+        at next (`top + split`, while a slot is free and that step lies before the
+        turn at `fine - 1`), else -1; store_slot the slot it goes to."""
+        free = K - h
+        L = fine - top
+        # Up to free + 2 steps the split is 1 (store every step); the binomial one is
+        # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
+        split = lax.cond((free > 0) & (L > free + 2), lambda L, s: split_jnp(L, s, K),
+                         lambda L, s: jnp.ones_like(L), L, free + 1)
+        target = top + split
+        target = jnp.where((free > 0) & (target < fine - 1), target, -1)
+        store_slot = order[jnp.minimum(h, K - 1)]
+        return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)
+
+    def restore(fine, h, steps, order, slots):
+        """`(state, xs)` restored from the latest checkpoint, level `h - 1` of the stack."""
+        level = jnp.maximum(h - 1, 0)
+        top_slot = order[level]
+        return plan(steps[level], fine, h, order), [_slot(s, top_slot) for s in slots]
+
+    def step_vjp(cs, i, xs):
+        """`(body(cs, i, xs), backward)`: one step forwards, and its vjp
+        `ct -> (ct_x, ct_consts)` over the differentiated carries and constants."""
         def step(c_lin, x_nz):
             full_c = list(cs)
             for k, c in zip(lin_consts, c_lin):
@@ -234,49 +270,64 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             full_x = merge_lists(list(carry_nz), [x for x, nz in zip(xs, carry_nz) if not nz],
                                  list(x_nz))
             out = call(body_jaxpr, *full_c, i, *full_x)
-            return [o for o, nz in zip(out, carry_nz) if nz]
-        _, vjp = jax.vjp(step, [cs[k] for k in lin_consts],
-                         [x for x, nz in zip(xs, carry_nz) if nz])
-        ct_c, ct_xs = vjp(list(ct))
-        return ct_xs, ct_c
+            return ([o for o, nz in zip(out, carry_nz) if nz],
+                    [o for o, nz in zip(out, carry_nz) if not nz])
+        out_nz, vjp, out_z = jax.vjp(step, [cs[k] for k in lin_consts],
+                                     [x for x, nz in zip(xs, carry_nz) if nz], has_aux=True)
+
+        def backward(ct):
+            ct_c, ct_xs = vjp(list(ct))
+            return ct_xs, ct_c
+        return merge_lists(list(carry_nz), out_z, out_nz), backward
 
     def body(*args):
-        cs, (_,), (cur, fine, pos), slots, xs, given, started = split_list(
+        cs, (_,), (state, steps, order), slots, xs, given, started = split_list(
             args, [nc, 1, 3, ncarry, ncarry, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [nzero])
         ct = merge_lists(zero_ct, given, zero_started)
-        held = pos < fine
-        top_slot = jnp.argmax(jnp.where(held, pos, -1)).astype(np.int32)
-        top = _slot(pos, top_slot)
-        free = K - jnp.sum(held.astype(np.int32))
-        restore = cur >= fine
-        xs = [jnp.where(restore, _slot(s, top_slot), x) for s, x in zip(slots, xs)]
-        cur = jnp.where(restore, top, cur)
-        target = top + split_jnp(fine - top, free + 1, K)
-        store = (cur == target) & (free > 0) & (cur < fine - 1)
-        free_slot = jnp.argmin(held.astype(np.int32)).astype(np.int32)
-        slots = [_store(s, free_slot, x, store) for s, x in zip(slots, xs)]
-        pos = _store(pos, free_slot, cur, store)
+        cur, fine, target, h, store_slot = (state[j] for j in range(5))
+        ys, backward = step_vjp(cs, cur, xs)
+        turn = cur == fine - 1
+        store = cur + 1 == target          # never with turn: target < fine - 1
+        slots = [_store(s, store_slot, y, store) for s, y in zip(slots, ys)]
+        # Level h of the stack is free (the spare level K when all are held). An
+        # elementwise write rather than a dynamic_update_slice: IREE 3.13 turns this
+        # loop into the guarded do-while its stream conversion needs (when the trip
+        # count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
+        # only once it finds code to hoist out of the body, such as the destination
+        # tensor of an elementwise op.
+        steps = jnp.where(lax.iota(np.int32, K + 1) == h, cur + 1, steps)
 
-        def advance(cur, fine, xs, ct, acc):
-            return cur + 1, fine, call(body_jaxpr, *cs, cur, *xs), ct, acc
+        def reverse(state, steps, slots, ys, ct, acc):
+            # Reverse step cur, free the slot holding it, restore the latest one.
+            ct, ct_c = backward(ct)
+            cur, h = state[0], state[3]
+            h = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
+            state, xs = restore(cur, h, steps, order, slots)
+            return state, xs, ct, [a + c for a, c in zip(acc, ct_c)]
 
-        def reverse(cur, fine, xs, ct, acc):
-            ct, ct_c = reverse_step(cs, cur, xs, ct)
-            return cur, fine - 1, xs, ct, [a + c for a, c in zip(acc, ct_c)]
+        def advance(state, steps, slots, ys, ct, acc):
+            return state + np.array([1, 0, 0, 0, 0], np.int32), ys, ct, acc
 
-        cur, fine, xs, ct, acc = lax.cond(cur == fine - 1, reverse, advance,
-                                          cur, fine, xs, ct, acc)
+        def advance_and_store(state, steps, slots, ys, ct, acc):
+            # Step cur + 1 was the planned one and is stored: re-plan from it.
+            return plan(state[0] + 1, state[1], state[3] + 1, order), ys, ct, acc
+
+        which = jnp.where(turn, 0, jnp.where(store, 2, 1))
+        state, xs, ct, acc = lax.switch(which, [reverse, advance, advance_and_store],
+                                        state, steps, slots, ys, ct, acc)
         given, zero_started = partition_list(zero_ct, ct)
-        return [cur, fine, pos, *slots, *xs, *given, *zeros.update(started,
-                                                                  [*zero_started, *acc])]
+        return [state, steps, order, *slots, *xs, *given,
+                *zeros.update(started, [*zero_started, *acc])]
 
-    def cond(i, cur, fine, *_):
-        return [fine > 0]
+    def cond(i, state, *_):
+        return [state[1] > 0]
 
-    x_init = [_slot(s, 0) for s in slots]
-    state0 = [n, n, pos]
-    carry0 = [*state0, *slots, *x_init, *ct_given, *zeros.initial()]
+    # The slots as a stack: level l holds the l-th earliest step (slot order[l]).
+    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+    state0, x_init = restore(n, jnp.sum((pos < n).astype(np.int32)), steps, order, slots)
+    carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in consts]
     _, *outs = functional_while(

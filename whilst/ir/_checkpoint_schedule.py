@@ -28,7 +28,7 @@ from `top` to `top + split(fine - top, s)`, store there, recurse. With
 minimal number of advances `r L - beta(s + 1, r - 1)` for one segment. Slots freed
 as `fine` passes their step are reused by the segments further left.
 
-The gradient While is a state machine; one iteration, as plain Python::
+The reference, `reversal_advances_py`, re-derives the segment every iteration::
 
     held = [q < fine for q in pos]          # pos: the step each slot holds
     top = max(q for q, h in zip(pos, held) if h)
@@ -38,6 +38,33 @@ The gradient While is a state machine; one iteration, as plain Python::
     if cur == fine - 1: reverse step cur; fine -= 1      # turn
     else: x = body(x); cur += 1                          # advance
     # until fine == 0
+
+The segment only changes at a turn or a store, so the gradient While carries the
+step it stores at next (`target`) and re-plans only there; its held slots form a
+stack (`steps[0] < ... < steps[h-1]`, slot `order[l]` holding `steps[l]`), since
+a store is always later than every held step and a turn frees at most the top
+one. The same advances, as plain Python::
+
+    def plan(top, fine, h):                # where the segment from top is stored next
+        t = top + split(fine - top, K - h + 1)
+        return t if h < K and t < fine - 1 else -1
+
+    fine, h = n, number of slots holding a step   # steps, order: the sorted slots
+    cur = steps[h - 1]; x = slot(order[h - 1]); target = plan(cur, fine, h)
+    while fine > 0:
+        if cur == fine - 1:                                # turn
+            reverse step cur; fine = cur
+            if steps[h - 1] == cur: h -= 1                 # its slot is free again
+            cur = steps[h - 1]; x = slot(order[h - 1])     # restore
+            target = plan(cur, fine, h)
+        else:
+            x = body(x); cur += 1                          # advance
+            if cur == target:                              # store
+                steps[h] = cur; slot(order[h]) = x; h += 1
+                target = plan(cur, fine, h)
+
+`split(L, s) = 1` while `L <= s + 1` (store every step), so only longer segments
+need the binomial search: n + stores re-plans per gradient, most of them trivial.
 
 `schedule_cost(n, K)` is the number of advances (extra body evaluations beyond
 the n forward and n reversed steps) that runs.
@@ -74,12 +101,6 @@ def beta_table(K: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(values, np.int32), np.asarray(offsets, np.int32)
 
 
-def _search_steps(K):
-    values, offsets = beta_table(K)
-    longest = int(np.max(np.diff(offsets))) if K >= 2 else 1
-    return max(1, longest.bit_length())
-
-
 def _beta_py(K, s, r):
     if s == 0:
         return 1
@@ -101,46 +122,106 @@ def split_py(L: int, s: int, K: int) -> int:
     return max(1, left, L - _beta_py(K, s - 1, r))
 
 
+_P = 65537                        # the prime 2**16 + 1
+_TERMS = 14                       # min(s, r) > 14 makes beta(s, r) >= C(30, 15) > 2**24
+_SAT = (1 << 31) - _P             # binomials from here on saturate
+_INV_FACT = np.array([pow(math.factorial(m), -1, _P) for m in range(_TERMS + 1)], np.int32)
+_FACT = np.array([math.factorial(k) for k in range(17)], np.float32)
+
+
+def _mod_p(x):
+    """`x % _P` for `0 <= x < 2**31` with a mask and a shift (2**16 = -1 mod _P):
+    XLA:CPU emits a real division for `%` and splits the fusions around it."""
+    r = (x & 0xFFFF) - (x >> 16)
+    return jnp.where(r < 0, r + _P, r)
+
+
+def _float_binomials(s, r):
+    """beta(s, r) = C(s + r, s) for r >= 0 as a float32 product of min(s, r) factors
+    (relative error below 3e-6; inf where that is more than _TERMS)."""
+    m = jnp.minimum(s, r)
+    base = (s + r - m).astype(np.float32)
+    v = jnp.ones(jnp.shape(m), np.float32)
+    for j in range(1, _TERMS + 1):
+        v = v * jnp.where(j <= m, (base + j) * np.float32(1 / j), 1)
+    return jnp.where(m > _TERMS, np.float32(np.inf), v)
+
+
+def _binomials(s, r):
+    """beta(s, r) exactly as int32 (0 for -s <= r < 0), saturated at _SAT: the
+    float32 product, off by less than _P / 2, moved to the integer congruent to
+    beta(s, r) mod _P (the product of the factors times the inverse of min(s, r)!,
+    the inverse in two bytes to stay below 2**31)."""
+    m = jnp.clip(jnp.minimum(s, r), 0, _TERMS + 1)
+    base = s + r - m
+    v = _float_binomials(s, jnp.maximum(r, 0))
+    x = jnp.ones(jnp.shape(m), np.int32)
+    for j in range(1, _TERMS + 1):
+        x = _mod_p(x * jnp.where(j <= m, base + j, 1))
+    inv = jnp.asarray(_INV_FACT)[jnp.minimum(m, _TERMS)]
+    x = _mod_p(_mod_p(x * (inv >> 8)) * 256 + x * (inv & 255))
+    c0 = jnp.round(jnp.minimum(v, _SAT)).astype(np.int32)
+    d = x - _mod_p(c0)
+    d = jnp.where(d < 0, d + _P, d)
+    c = c0 + jnp.where(d > _P // 2, d - _P, d)
+    return jnp.where(r < 0, 0, jnp.where(v >= _SAT, _SAT, c))
+
+
 def split_jnp(L, s, K: int):
-    """`split_py` as int32 jax.numpy code: a branchless binary search in the binomial
-    table that carries one value (`below` grows by descending powers of two), so XLA
-    does not duplicate the search when it is vmapped."""
+    """`split_py` as int32 jax.numpy code without a table (a table of more than 512
+    bytes makes XLA:CPU run the whole loop body on its slower concurrent executor).
+
+    r, the least r with beta(s, r) >= min(L, SPLIT_EXACT_UP_TO), lies in 16
+    candidates from `lo`: (r+1)...(r+s) = s! beta(s, r) lies between (r+1)^s and
+    (r+(s+1)/2)^s, so r is within s/2 + 2 of (s! L)^(1/s) - (s+1)/2 for s <= 16,
+    and below 12 for larger s. Float32 products count the candidates below L (a
+    count off by at most one, at the boundary); of five exact binomials around it,
+    beta(s, r) is the least at or beyond L, beta(s, r - 1) and beta(s, r - 2) the
+    two largest below. Equal to `split_py` for K <= 2342 (where `beta_table` ends);
+    beyond, splits may be longer than optimal, but never below 1, so the reversal
+    stays correct."""
     if K == 1:
         return L - 1
-    values, offsets = (jnp.asarray(a) for a in beta_table(K))
-    s_row = jnp.clip(s, 2, K)
-    start, stop = offsets[s_row], offsets[s_row + 1]
-    below = 0                                            # entries of row s below L
-    for j in reversed(range(_search_steps(K))):
-        probe = start + below + (1 << j) - 1
-        smaller = (probe < stop) & (values[jnp.clip(probe, 0, values.shape[0] - 1)] < L)
-        below = below + jnp.where(smaller, 1 << j, 0)
-    r = jnp.minimum(below, stop - start - 1)
-
-    def beta(srow, rr):
-        idx = jnp.clip(offsets[srow] + rr, offsets[srow], offsets[srow + 1] - 1)
-        return values[jnp.clip(idx, 0, values.shape[0] - 1)]
-
-    left = jnp.where(r >= 2, beta(s_row, r - 2), 0)
-    s1 = s_row - 1
-    right_cap = jnp.where(s1 == 1, r + 1, beta(jnp.maximum(s1, 2), r))
-    binomial = jnp.maximum(jnp.maximum(1, left), L - right_cap)
+    L = jnp.asarray(L, np.int32)
+    s = jnp.asarray(s, np.int32)
+    s2 = jnp.clip(s, 2, K)
+    Lc = jnp.clip(L, 1, SPLIT_EXACT_UP_TO)
+    sf = s2.astype(np.float32)
+    root = jnp.exp(jnp.log(Lc.astype(np.float32) * jnp.asarray(_FACT)[jnp.minimum(s2, 16)]) / sf)
+    lo = jnp.where(s2 <= 16, jnp.maximum(0, jnp.floor(root - (sf + 1) / 2).astype(np.int32) - 1),
+                   0)
+    approx = _float_binomials(s2[..., None], lo[..., None] + np.arange(16, dtype=np.int32))
+    r = lo + jnp.sum((approx < Lc[..., None].astype(np.float32)).astype(np.int32), axis=-1)
+    cs = _binomials(s2[..., None], r[..., None] + np.arange(-3, 2, dtype=np.int32))
+    Lx = Lc[..., None]
+    below = jnp.max(jnp.where(cs < Lx, cs, 0), axis=-1)             # beta(s, r - 1)
+    beyond = jnp.min(jnp.where(cs >= Lx, cs, _SAT), axis=-1)        # beta(s, r)
+    left = jnp.max(jnp.where(cs < below[..., None], cs, 0), axis=-1)  # beta(s, r - 2)
+    # beta(s - 1, r) = beta(s, r) - beta(s, r - 1).
+    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
     return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
 
 
 # ------------------------------------------------------------ online forward policy
 
 def policy_init(K: int):
-    """Initial state of the online storing policy (jax.numpy int32 / bool arrays)."""
+    """Initial state of the online storing policy (jax.numpy int32 / bool arrays):
+    `[scalars, levels, dispensable]`, scalars `[i, o, p, s, last]` (Stumm and
+    Walther's counters, then the slot of the latest store)."""
     levels = np.zeros(K, np.int32)
     levels[0] = EMPTY
-    return [np.int32(0), np.int32(K), np.int32(K), np.bool_(True), levels,
-            np.zeros(K, np.bool_)]
+    return [np.array([0, K, K, 1, 0], np.int32), levels, np.zeros(K, np.bool_)]
 
 
 def policy_step_jnp(step, state, pos, K: int):
-    """`(save, slot, state)`: whether the forward While stores step `step` and where."""
-    i, o, p, s, levels, disp = state
+    """`(save, slot, state)`: whether the forward While stores step `step` and where.
+
+    Branchless: both policies are evaluated and the step picks one. The slot of the
+    latest store stands for `argmax(pos)`, which it equals whenever Wang and Moin's
+    policy is in use (every slot is filled by then)."""
+    scalars, levels, disp = state
+    i, o, p, s, last = (scalars[j] for j in range(5))
+    s = s > 0
     # Stumm and Walther, Algorithm I.
     sw_save, sw_slot = s, i
     i2 = jnp.where(s, i + 1, i)
@@ -151,25 +232,26 @@ def policy_step_jnp(step, state, pos, K: int):
     o2 = jnp.where(at_p, o - 1, o)
     i2 = jnp.where(at_p, o2, i2)
     s2 = jnp.where(at_p, o2 > 0, s2)
-    # Wang and Moin: overwrite the latest dispensable checkpoint, else the latest one.
-    any_disp = jnp.any(disp)
-    slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
-    slot_last = jnp.argmax(pos).astype(np.int32)
-    wm_slot = jnp.where(any_disp, slot_disp, slot_last)
-    wm_level = jnp.where(any_disp, 0, levels[slot_last] + 1)
-    disp_wm = jnp.where(any_disp, disp.at[slot_disp].set(False),
-                        jnp.where(levels < levels[slot_last], True, disp))
-    levels_wm = levels.at[wm_slot].set(wm_level)
-
     use_wm = step >= (K + 1) * (K + 2) // 2 - 1
     if K == 1:
-        save = jnp.where(use_wm, False, sw_save)
-        return save, jnp.where(use_wm, 0, sw_slot), [i2, o2, p2, s2, levels, disp]
-    save = jnp.where(use_wm, True, sw_save)
-    slot = jnp.where(use_wm, wm_slot, sw_slot)
+        save, slot = jnp.where(use_wm, False, sw_save), jnp.where(use_wm, 0, sw_slot)
+    else:
+        # Wang and Moin: overwrite the latest dispensable checkpoint, else the latest one.
+        slots = np.arange(K, dtype=np.int32)
+        any_disp = jnp.any(disp)
+        slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
+        level_last = levels[last]
+        wm_slot = jnp.where(any_disp, slot_disp, last)
+        wm_level = jnp.where(any_disp, 0, level_last + 1)
+        disp = jnp.where(use_wm, jnp.where(any_disp, disp & (slots != slot_disp),
+                                           disp | (levels < level_last)), disp)
+        levels = jnp.where(use_wm & (slots == wm_slot), wm_level, levels)
+        save = jnp.where(use_wm, True, sw_save)
+        slot = jnp.where(use_wm, wm_slot, sw_slot)
     keep = lambda new, old: jnp.where(use_wm, old, new)
-    return save, slot, [keep(i2, i), keep(o2, o), keep(p2, p), keep(s2, s),
-                        jnp.where(use_wm, levels_wm, levels), jnp.where(use_wm, disp_wm, disp)]
+    scalars = jnp.stack([keep(i2, i), keep(o2, o), keep(p2, p),
+                         keep(s2, s).astype(np.int32), jnp.where(save, slot, last)])
+    return save, slot, [scalars.astype(np.int32), levels, disp]
 
 
 def forward_slots_py(n: int, K: int) -> list[int]:
