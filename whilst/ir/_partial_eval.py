@@ -17,8 +17,8 @@ or the bound is unknown, the whole loop is staged; remat stages a loop with know
 operands only as well (recomputed where its staged jaxpr reads it).
 
 The staged loop is linear in its unknown (tangent) operands, so transposing it
-is the vjp of that linear map: reverse mode of the loop (`_linearize.py`), which
-works (or refuses, with its error) as it does without remat.
+is the vjp of that linear map: reverse mode of the loop (`_linearize.py`), as
+it is without remat.
 """
 from __future__ import annotations
 
