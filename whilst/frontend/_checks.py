@@ -236,6 +236,16 @@ def check_checkpoints(checkpoints) -> int | None:
     return int(checkpoints)
 
 
+def loop_options(maximum_iterations, unroll, checkpoints, gradient_memory):
+    """`(bound operand, functional_while keywords)` from the loop options both entry
+    points share, each validated."""
+    check_unroll(unroll)
+    bound, static_bound = bound_operand(maximum_iterations)
+    return bound, dict(static_bound=static_bound, unroll=unroll,
+                       checkpoints=check_checkpoints(checkpoints),
+                       gradient_memory=check_gradient_memory(gradient_memory))
+
+
 def check_gradient_memory(gradient_memory) -> int | None:
     """Validate `while_loop(gradient_memory=...)`: None or a non-negative int of bytes."""
     if gradient_memory is None:

@@ -110,10 +110,8 @@ def _index_dtype(lower, upper, api):
 
 def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
            gradient_memory, name, api):
-    checks.check_unroll(unroll)
-    bound, static_bound = checks.bound_operand(maximum_iterations)
-    checkpoints = checks.check_checkpoints(checkpoints)
-    gradient_memory = checks.check_gradient_memory(gradient_memory)
+    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
+                                         gradient_memory)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
@@ -146,7 +144,5 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     avals = [COUNTER_AVAL, *map(jax.typeof, init)]
     cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
     _, *outs = functional_while(cond_consts, body_consts, bound, init, cond_jaxpr=cond_jaxpr,
-                                body_jaxpr=body_jaxpr,
-                                static_bound=static_bound, name=name, unroll=unroll,
-                                checkpoints=checkpoints, gradient_memory=gradient_memory)
+                                body_jaxpr=body_jaxpr, name=name, **options)
     return jax.tree_util.tree_unflatten(tree, outs)

@@ -87,18 +87,16 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype.
       ValueError: empty loop_vars, bad parallel_iterations,
-        maximum_iterations, checkpoints or gradient_memory, shape_invariants that do not fit, body output of
-        another shape.
+        maximum_iterations, checkpoints or gradient_memory, shape_invariants
+        that do not fit, body output of another shape.
     """
     checks.check_loop_vars(loop_vars)
     checks.check_callables(cond, body)
     checks.check_unpacking(cond, body, loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
-    checks.check_unroll(unroll)
-    bound, static_bound = checks.bound_operand(maximum_iterations)
-    checkpoints = checks.check_checkpoints(checkpoints)
-    gradient_memory = checks.check_gradient_memory(gradient_memory)
+    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
+                                         gradient_memory)
     name = "while" if name is None else str(name)
 
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
@@ -125,15 +123,14 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                 f"{out.dtype}, but the loop variable has dtype {x.dtype}. Cast it with "
                 f".astype({x.dtype}) in body, or start the loop variable with the dtype "
                 f"body produces.")
-    checks.check_checkpoint_memory(checkpoints, init)
+    checks.check_checkpoint_memory(options["checkpoints"], init)
     avals = [COUNTER_AVAL, *map(jax.typeof, init)]
     cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
     operands = [cond_consts, body_consts, bound, init]
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                static_bound=static_bound, name=name, unroll=unroll,
-                                checkpoints=checkpoints, gradient_memory=gradient_memory)
+                                name=name, **options)
     result = jax.tree_util.tree_unflatten(in_tree, outs)
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result
