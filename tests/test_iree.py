@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
+from conftest import loop_blocks
 from whilst.lowering import compile_to_stream, prepare, stream_copy_sizes
 
 Particle = collections.namedtuple("Particle", "pos, vel")
@@ -228,3 +229,61 @@ def test_readme_example_runs():
     W, x = namespace["W"], namespace["x"]
     got = whilst.runtime.load(namespace["module"].data).main(W, x)
     np.testing.assert_allclose(got, namespace["grad_W"], rtol=1e-5, atol=1e-7)
+
+
+def predator_prey(y, n):
+    """Euler steps of a 2-species system written as users write small states: the
+    state's elements picked apart, restacked with jnp.stack, and a step kept or
+    halved by jnp.where on a scalar flag."""
+    def body(i, y):
+        prey, predator = y[0], y[1]
+        f = jnp.stack([1.1 * prey - 0.4 * prey * predator,
+                       0.1 * prey * predator - 0.4 * predator])
+        y_next = y + 0.01 * f
+        return i + 1, jnp.where(jnp.sum(f * f) < 1e4, y_next, y * 0.5)
+    return whilst.while_loop(lambda i, y: i < n, body, [0, y], unroll=1)
+
+
+def predator_prey_oracle(y, n):
+    y = np.asarray(y, np.float32)
+    for _ in range(n):
+        f = np.array([1.1 * y[0] - 0.4 * y[0] * y[1], 0.1 * y[0] * y[1] - 0.4 * y[1]],
+                     np.float32)
+        y = y + np.float32(0.01) * f if np.sum(f * f) < 1e4 else y * np.float32(0.5)
+    return y
+
+
+def test_small_state_steps_fuse_and_read_back_only_the_loop_test():
+    """IREE 3.13 would read the scalar flag back to the host every step and give each
+    stacked element its own dispatch and copy; after preparation
+    (`_iree_fusion.fusible_small_tensor_code`) each iteration reads back only the
+    loop test and runs at most 3 dispatches."""
+    y0 = np.array([10.0, 5.0], np.float32)
+    exported = whilst.export(predator_prey, y0, np.int32(0))
+    ((loads, dispatches),) = loop_blocks(compile_to_stream(prepare([exported])))
+    assert loads == 1 and dispatches <= 3, (loads, dispatches)
+    module = whilst.compile(exported).load()
+    for n in [0, 1, 7, 300]:
+        np.testing.assert_allclose(module.main(y0, np.int32(n))[1], predator_prey_oracle(y0, n),
+                                   rtol=1e-4)
+
+
+def test_preparation_keeps_large_selects_and_concatenates():
+    """Only small tensors are rewritten: a select of a large array by a scalar flag
+    stays a choice of buffers, and a large concatenate stays one."""
+    from iree.compiler import ir
+
+    def f(flag, a, b):
+        return jnp.where(flag, a, b), jnp.stack([a, b])
+
+    big = np.zeros(1024, np.float32)
+    text = prepare([whilst.export(f, np.bool_(True), big, big)])
+    ops = []
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        module.operation.walk(lambda op: ops.append(op.operation) or ir.WalkResult.ADVANCE)
+        predicates = [ir.RankedTensorType(op.operands[0].type).rank for op in ops
+                      if op.name == "stablehlo.select"]
+        assert predicates == [0]
+        assert "stablehlo.concatenate" in [op.name for op in ops]

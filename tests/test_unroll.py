@@ -1,11 +1,14 @@
 """Unrolling k loop steps per emitted stablehlo.while iteration changes nothing but
 speed: counters, outputs and gradients equal those of k = 1 for every trip count."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import whilst
+from conftest import loop_blocks, unroll_factors
 from whilst.ir import unroll_factor
 
 UNROLLS = [1, 2, 3, 5, 8]
@@ -87,10 +90,17 @@ def test_automatic_unroll_prefers_tiny_bodies():
     W = np.ones((256, 256), np.float32)
     matvec = k_of(lambda i, x: (i + 1, jnp.tanh(W @ x)), np.ones(256, np.float32))
     big_carry = k_of(lambda i, x: (i + 1, x * 2.0), np.ones((200, 200), np.float32))
-    indexing = k_of(lambda i, x: (i + 1, x.at[i % 8].set(1.0)), np.ones(8, np.float32))
+    small_table = k_of(lambda i, x: (i + 1, x.at[i % 8].set(1.0)), np.ones(8, np.float32))
+    large_table = k_of(lambda i, x: (i + 1, x.at[i % 8].set(1.0)),
+                       np.ones(5000, np.float32))
     nested_scan = k_of(lambda i, x: (i + 1, jax.lax.fori_loop(0, 3, lambda j, y: y * 0.5, x)),
                        np.ones(8, np.float32))
-    assert tiny > 8 and matvec == 1 and big_carry == 1 and indexing == 1 and nested_scan == 1
+    long_body = k_of(lambda i, x: (i + 1, functools.reduce(lambda y, _: jnp.sin(y) * 0.9,
+                                                           range(300), x)),
+                     np.ones(2, np.float32))
+    assert tiny > 8 and matvec == 1 and big_carry == 1 and nested_scan == 1
+    assert small_table > 1 and large_table == 1  # small tables: one-hot selects
+    assert long_body == 1  # k copies of 600 equations would slow iree-compile
 
 
 def test_unroll_must_be_a_positive_int():
@@ -161,52 +171,6 @@ def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
         np.testing.assert_allclose(gw[lane], want_w, rtol=1e-5, atol=1e-6)
 
 
-def _unroll_factors(stablehlo_text):
-    """The `whilst.unroll` attribute of each `stablehlo.while`, in program order."""
-    from iree.compiler import ir
-
-    factors = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.while":
-            factors.append(ir.IntegerAttr(op.operation.attributes["whilst.unroll"]).value)
-        return ir.WalkResult.ADVANCE
-
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        ir.Module.parse(stablehlo_text).operation.walk(visit)
-    return factors
-
-
-def _loop_blocks(stream_text):
-    """`[(loads, dispatches)]` for each block of the stream-phase entry function that
-    branches back to itself (an emitted loop), counting `stream.resource.load`
-    (device-to-host readbacks) and `stream.cmd.dispatch` ops."""
-    from iree.compiler import ir
-
-    loops = []
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        module = ir.Module.parse(stream_text)
-        for func in module.body.operations:
-            if func.operation.name != "util.func" or not func.regions[0].blocks:
-                continue
-            for block in func.regions[0].blocks:
-                if block not in list(list(block.operations)[-1].operation.successors):
-                    continue
-                counts = {"stream.resource.load": 0, "stream.cmd.dispatch": 0}
-
-                def visit(op, counts=counts):
-                    if op.operation.name in counts:
-                        counts[op.operation.name] += 1
-                    return ir.WalkResult.ADVANCE
-
-                for op in block.operations:
-                    op.operation.walk(visit)
-                loops.append(tuple(counts.values()))
-    return loops
-
-
 def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
     """The push/pop gradient of a tiny body: each emitted iteration of the forward
     and of the gradient While reads back two scalars (the chunk's row index and the
@@ -216,9 +180,9 @@ def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
     x = np.ones(64, np.float32)
     grad = jax.grad(lambda x, n: jnp.sum(sin_steps(None, 1000)(x, 0.9, n)[1]))
     exported = whilst.export(grad, x, np.int32(5))
-    ks = _unroll_factors(exported.text)
+    ks = unroll_factors(exported.text)
     assert len(ks) == 2 and min(ks) >= 16, ks
-    loops = _loop_blocks(compile_to_stream(prepare([exported])))
+    loops = loop_blocks(compile_to_stream(prepare([exported])))
     assert len(loops) == 2, loops
     for (loads, dispatches), k in zip(loops, ks):
         assert loads <= 2, loops

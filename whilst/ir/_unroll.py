@@ -13,8 +13,15 @@ from jax.extend.core import Jaxpr, Literal, jaxprs_in_params
 from whilst._jax_compat import is_constant_shape
 
 from whilst.ir._functional_while import functional_while_p
+from whilst.ir._onehot import onehot_indexing
 
 MAX_UNROLL = 64
+# Equations of the emitted body (k copies of cond and body) that automatic
+# unrolling aims to stay below: iree-compile's time grows with them. The ODE
+# sample's body (287 equations, one-hot selects included) unrolled 15 times took
+# 30 s to compile against 6.9 s at k = 1, and ran no faster: its ~40 dispatches
+# per step, not the per-iteration cost, set its speed.
+MAX_UNROLLED_EQUATIONS = 512
 WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
 LARGE_CARRY_BYTES = 64 * 1024
 # Loops nested in a body make it a full iteration's work: unrolled copies of them
@@ -24,8 +31,9 @@ LOOPS = frozenset({"scan", "while"})
 # Unrolled bodies that index at a computed position fail in iree-compile 3.13:
 # writes segfault or leave unresolved materializations; reads compile for some
 # programs and fail with "failed to solve for timepoint coverage" for others.
-# Residual stacks are pushed and popped by the loop itself (`_stacks.py`), so
-# they do not count here.
+# Small arrays are indexed by one-hot selects instead (`_onehot.py`); residual
+# stacks are pushed and popped by the loop itself (`_stacks.py`); neither
+# counts here.
 DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather", "scatter",
                               "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
                               "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
@@ -36,16 +44,18 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
 
     Automatic: 1 for bodies with effects (an inactive step would run them),
     with a carry over 64 KiB (the predicated steps select whole carries), or
-    with a read or write at a computed index (iree-compile 3.13 crashes or
-    fails on such bodies unrolled, see `DYNAMIC_INDEXING`); otherwise as many
-    steps as fit in about 16384 elements of work, at most 64 (tiny bodies
-    unroll more).
+    with a read or write at a computed index of an array too large for one-hot
+    selects (iree-compile 3.13 crashes or fails on such bodies unrolled, see
+    `DYNAMIC_INDEXING`); otherwise as many steps as fit in about 16384
+    elements of work, one-hot selects included, and in MAX_UNROLLED_EQUATIONS
+    equations, at most 64 (tiny bodies unroll more).
     """
     if unroll is not None:
         return unroll
     if cond_jaxpr.effects or body_jaxpr.effects:
         return 1
-    if _indexes_at_computed_position(body_jaxpr.jaxpr):
+    cond_jaxpr, body_jaxpr = onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
+    if any(_indexes_at_computed_position(j.jaxpr) for j in (cond_jaxpr, body_jaxpr)):
         return 1
     if not all(is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
                for v in _all_vars(j.jaxpr)):
@@ -53,7 +63,9 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     if any(nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
         return 1
     work = _work(body_jaxpr.jaxpr) + _work(cond_jaxpr.jaxpr)
-    return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1)))
+    equations = _equations(body_jaxpr.jaxpr) + _equations(cond_jaxpr.jaxpr)
+    return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1),
+                      MAX_UNROLLED_EQUATIONS // max(equations, 1)))
 
 
 def _all_vars(jaxpr: Jaxpr):
@@ -74,6 +86,11 @@ def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
         if any(map(_indexes_at_computed_position, jaxprs_in_params(eqn.params))):
             return True
     return False
+
+
+def _equations(jaxpr: Jaxpr) -> int:
+    """Equations of `jaxpr`, those of its sub-jaxprs included."""
+    return sum(1 + sum(map(_equations, jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
 
 
 def nbytes(aval) -> int:

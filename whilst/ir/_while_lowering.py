@@ -23,7 +23,9 @@ loop is, as plain Python::
 
 so the counter, the carry and the gradients are those of k = 1 for every trip
 count, and the index a step sees is `i + s`, computed from the carried `i`
-without reading anything back from the device. k comes from `unroll_factor`.
+without reading anything back from the device. k comes from `unroll_factor`;
+an exported body's reads and writes of small arrays at computed positions
+become one-hot selects first (`_onehot.py`), so that such bodies unroll too.
 (`count` is carried, and read by the body, rather than recomputed from the
 last iteration's `steps`: iree-compile 3.13 crashes (ScfWhileOpConversion)
 when a result the body overwrites without reading is used after the loop.)
@@ -53,6 +55,7 @@ from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
+from whilst.ir._onehot import onehot_indexing
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._unroll import unroll_factor
 
@@ -77,7 +80,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     consts, top, popped = split_pops(body_consts, pops)
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
-    k = _steps_per_iteration(ctx, cond_jaxpr, body_jaxpr, unroll)
+    cond_jaxpr, body_jaxpr, k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
     if pops:
         k = min(k, pop_pad + 1)  # chunk reads must not start below row 0
     while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
@@ -171,12 +174,18 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     return [i, *results[len(extra_types):]]
 
 
-def _steps_per_iteration(ctx, cond_jaxpr, body_jaxpr, unroll) -> int:
-    """`unroll` if given; otherwise automatic when exporting (for IREE, which pays
-    per iteration) and 1 under `jax.jit` (XLA gains little and compiles longer)."""
-    if unroll is None and not ctx.module_context.lowering_parameters.for_export:
-        return 1
-    return unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
+    """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
+    if given; otherwise automatic when exporting (for IREE, which pays per
+    iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
+    Exported bodies that run k > 1 steps read and write small arrays at computed
+    positions by one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
+    if not ctx.module_context.lowering_parameters.for_export:
+        return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
+    k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+    if k == 1:
+        return cond_jaxpr, body_jaxpr, 1
+    return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr), k
 
 
 def _row_start(ctx, row, ndim):

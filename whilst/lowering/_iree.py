@@ -5,6 +5,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     helpers are prefixed, so several exports merge into one module;
   * residual stacks (`whilst.uninitialized` zeros) become `tensor.empty`, so
     their cost does not grow with `maximum_iterations`;
+  * selects with a scalar predicate, and small `jnp.stack`s, become elementwise
+    ops that IREE fuses with their operands' producers, with no predicate read
+    back to the host (`_iree_fusion.fusible_small_tensor_code`);
   * the module is canonicalized and CSE'd, and loop carries that start from one
     value get distinct initial buffers (`_iree_loops.distinct_loop_inits`);
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
@@ -24,6 +27,7 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
+from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import distinct_loop_inits
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
@@ -48,6 +52,7 @@ def prepare(exports, targets=None) -> str:
             module = ir.Module.parse(exp.text)
             _rename_symbols(module, exp.name)
             _leave_uninitialized(module)
+            fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):

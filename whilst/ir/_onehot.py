@@ -1,0 +1,249 @@
+"""Reads and writes of small arrays at computed positions, as elementwise selects.
+
+iree-compile 3.13 fails on unrolled loop bodies that index at a computed
+position (`_unroll.DYNAMIC_INDEXING`), so such bodies used to run one step per
+IREE loop iteration. `onehot_indexing` rewrites each such op whose one-hot form
+touches at most ONE_HOT_ELEMENTS elements into selects over the whole array,
+which unroll like any elementwise body::
+
+    x[j]               # dynamic_slice, or a gather of one row
+      == sum(where(arange(n) == clip(j, 0, n - 1), bits(x), 0))  # bit patterns
+    x.at[j].set(v)     # dynamic_update_slice, or a scatter of one row
+      == where(arange(n) == j, v, x)
+
+Reads select the bit patterns of the elements (one is non-zero per output), so
+results equal the indexed forms bit for bit, NaN payloads and -0.0 included;
+clamping (dynamic_slice, mode=clip) and out-of-bounds fills or drops
+(mode=fill) are those of the op. Gathers and scatters are rewritten only in the
+one-row form `jnp` emits for `x[j]` and `x.at[j].op(v)` with a scalar `j`;
+everything else, and ops inside control flow other than `jit` and `custom_jvp`
+calls, stays as it is.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from jax import lax
+from jax.core import ShapedArray
+from jax.extend.core import ClosedJaxpr, Literal
+
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._tracing import trace_closed
+
+ONE_HOT_ELEMENTS = 4096  # elements one rewritten op selects over (array size x slice size)
+
+_INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
+            "custom_jvp_call": "call_jaxpr"}
+_SCATTER_COMBINE = {"scatter": None, "scatter-add": lax.add, "scatter_add": lax.add,
+                    "scatter-mul": lax.mul, "scatter_mul": lax.mul,
+                    "scatter-min": lax.min, "scatter_min": lax.min,
+                    "scatter-max": lax.max, "scatter_max": lax.max}
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def onehot_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
+    """`jaxpr` with its small computed-position reads and writes as selects (see
+    the module docstring); the same jaxpr object when it has none."""
+    if not _rewritable(jaxpr.jaxpr):
+        return jaxpr
+    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, *args),
+                        jaxpr.in_avals, "onehot_indexing")
+
+
+def _rewritable(jaxpr) -> bool:
+    for eqn in jaxpr.eqns:
+        if _rule(eqn) is not None:
+            return True
+        sub = _INLINED.get(eqn.primitive.name)
+        if sub in eqn.params and _rewritable(_open(eqn.params[sub])):
+            return True
+    return False
+
+
+def _open(jaxpr):
+    return jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
+
+
+def _eval(jaxpr, consts, *args):
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        rule = _rule(eqn)
+        sub = _INLINED.get(eqn.primitive.name)
+        if rule is not None:
+            outs = [rule(*invals, **eqn.params)]
+        elif sub in eqn.params:
+            inner = eqn.params[sub]
+            outs = _eval(_open(inner), getattr(inner, "consts", ()), *invals)
+        else:
+            outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, x in zip(eqn.outvars, outs):
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _rule(eqn):
+    """The one-hot form of `eqn`, or None where it keeps its own."""
+    name = eqn.primitive.name
+    operand = eqn.invars[0].aval
+    if (not isinstance(operand, ShapedArray) or not _selectable(operand.dtype)
+            or not is_constant_shape(operand.shape)):
+        return None
+    if name == "dynamic_slice":
+        positions, size = eqn.invars[1:], int(np.prod(eqn.params["slice_sizes"]))
+        rule = _dynamic_slice
+    elif name == "dynamic_update_slice":
+        positions, size = eqn.invars[2:], int(np.prod(eqn.invars[1].aval.shape))
+        rule = _dynamic_update_slice
+    elif name == "gather" and _one_row(eqn, "offset_dims", "collapsed_slice_dims",
+                                       "start_index_map"):
+        positions, size, rule = eqn.invars[1:], 1, _gather_row
+    elif name in _SCATTER_COMBINE and _one_row(eqn, "update_window_dims",
+                                               "inserted_window_dims",
+                                               "scatter_dims_to_operand_dims"):
+        positions, size = eqn.invars[1:2], 1
+        rule = functools.partial(_scatter_row, combine=_SCATTER_COMBINE[name])
+    else:
+        return None
+    if all(isinstance(v, Literal) for v in positions):
+        return None
+    if size * int(np.prod(operand.shape)) > ONE_HOT_ELEMENTS:
+        return None
+    return rule
+
+
+def _selectable(dtype) -> bool:
+    return np.dtype(dtype).kind in "biuf" and np.dtype(dtype).itemsize in _BITS
+
+
+def _one_row(eqn, window_dims, row_dims, index_map) -> bool:
+    """Whether a gather/scatter reads or writes the row `x[j]`: `j` a `[1]` index
+    into axis 0, the rest of the row whole and in order."""
+    operand, indices = eqn.invars[0].aval, eqn.invars[1].aval
+    row = (eqn.invars[2] if len(eqn.invars) > 2 else eqn.outvars[0]).aval  # scatter, gather
+    dn = eqn.params["dimension_numbers"]
+    ndim = len(operand.shape)
+    return (ndim >= 1 and indices.shape == (1,)
+            and tuple(getattr(dn, window_dims)) == tuple(range(ndim - 1))
+            and tuple(getattr(dn, row_dims)) == (0,)
+            and tuple(getattr(dn, index_map)) == (0,)
+            and not getattr(dn, "operand_batching_dims", ())
+            and tuple(eqn.params.get("slice_sizes", (1, *operand.shape[1:])))
+            == (1, *operand.shape[1:])
+            and row.shape == operand.shape[1:])
+
+
+def _at(position, axis, shape):
+    """Boolean array of `shape`: element index along `axis` == `position` (int32)."""
+    return lax.eq(lax.broadcasted_iota(np.int32, shape, axis), lax.broadcast(position, shape))
+
+
+def _pick(x, mask, axis):
+    """The element of `x` where `mask` holds along `axis` (one per line), as
+    `x`'s exact bit pattern; axis kept with size 1."""
+    bits = _BITS[x.dtype.itemsize]
+    as_bits = (lax.convert_element_type(x, bits) if x.dtype == np.bool_
+               else lax.bitcast_convert_type(x, bits))
+    chosen = lax.select(mask, as_bits, lax.full_like(as_bits, 0))
+    summed = lax.expand_dims(lax.reduce_sum(chosen, (axis,)), (axis,))
+    if x.dtype == np.bool_:
+        return lax.ne(summed, lax.full_like(summed, 0))
+    return lax.bitcast_convert_type(summed, x.dtype)
+
+
+def _clamped(position, high):
+    """`clip(position, 0, high)` as int32, clipped in `position`'s own dtype
+    (0 <= high < 2**31) so that no value wraps."""
+    dtype = np.dtype(position.dtype)
+    high = min(high, np.iinfo(dtype).max)
+    clipped = lax.clamp(np.array(0, dtype), position, np.array(high, dtype))
+    return lax.convert_element_type(clipped, np.int32)
+
+
+def _dynamic_slice(x, *starts, slice_sizes):
+    """`lax.dynamic_slice(x, starts, slice_sizes)`: starts clamped to fit."""
+    for axis, (start, size) in enumerate(zip(starts, slice_sizes)):
+        n = x.shape[axis]
+        if size == n:
+            continue
+        start = _clamped(start, n - size)
+        rows = [_pick(x, _at(lax.add(start, np.int32(r)), axis, x.shape), axis)
+                for r in range(size)]
+        x = rows[0] if size == 1 else lax.concatenate(rows, axis)
+    return x
+
+
+def _dynamic_update_slice(x, update, *starts):
+    """`lax.dynamic_update_slice(x, update, starts)`: starts clamped to fit."""
+    placed, inside = update, None
+    for axis, start in enumerate(starts):
+        n, size = x.shape[axis], update.shape[axis]
+        if size == n:
+            continue
+        start = _clamped(start, n - size)
+        placed = _spread(placed, axis, start, n)
+        iota = lax.broadcasted_iota(np.int32, x.shape, axis)
+        here = lax.bitwise_and(
+            lax.ge(iota, lax.broadcast(start, x.shape)),
+            lax.lt(iota, lax.broadcast(lax.add(start, np.int32(size)), x.shape)))
+        inside = here if inside is None else lax.bitwise_and(inside, here)
+    return placed if inside is None else lax.select(inside, placed, x)
+
+
+def _spread(update, axis, start, n):
+    """`update` widened to `n` along `axis`, with its line r at `start + r` (the
+    other lines hold copies)."""
+    shape = (*update.shape[:axis], n, *update.shape[axis + 1:])
+
+    def line(r):
+        return lax.broadcast_in_dim(lax.slice_in_dim(update, r, r + 1, axis=axis), shape,
+                                    tuple(range(len(shape))))
+
+    spread = line(0)
+    for r in range(1, update.shape[axis]):
+        spread = lax.select(_at(lax.add(start, np.int32(r)), axis, shape), line(r), spread)
+    return spread
+
+
+def _row_index(indices, n, mode):
+    """`(j, in_bounds)` for the row `indices[0]`: j clamped into [0, n) as int32;
+    in_bounds None unless mode=fill (where the original j is tested)."""
+    j = lax.reshape(indices, ())
+    clamped = _clamped(j, n - 1)
+    if lax.GatherScatterMode.from_any(mode) != lax.GatherScatterMode.FILL_OR_DROP:
+        return clamped, None
+    high = min(n - 1, np.iinfo(j.dtype).max)
+    in_bounds = lax.bitwise_and(lax.ge(j, np.array(0, j.dtype)),
+                                lax.le(j, np.array(high, j.dtype)))
+    return clamped, in_bounds
+
+
+def _gather_row(x, indices, *, mode, fill_value=None, **_):
+    """`x[indices[0]]` of a one-row gather, with the gather's bounds mode."""
+    j, in_bounds = _row_index(indices, x.shape[0], mode)
+    row = lax.squeeze(_pick(x, _at(j, 0, x.shape), 0), (0,))
+    if in_bounds is None:
+        return row
+    return lax.select(lax.broadcast(in_bounds, row.shape), row,
+                      lax.full_like(row, 0 if fill_value is None else fill_value))
+
+
+def _scatter_row(x, indices, update, *, combine, mode, **_):
+    """`x.at[indices[0]].set(update)` (or `.add`, ... with `combine`), with the
+    scatter's bounds mode (an out-of-bounds row of mode=fill is dropped)."""
+    j, in_bounds = _row_index(indices, x.shape[0], mode)
+    mask = _at(j, 0, x.shape)
+    if in_bounds is not None:
+        mask = lax.bitwise_and(mask, lax.broadcast(in_bounds, x.shape))
+    row = lax.broadcast_in_dim(update, x.shape, tuple(range(1, x.ndim)))
+    return lax.select(mask, row if combine is None else combine(x, row), x)

@@ -1,0 +1,137 @@
+"""Rewrites, during IREE preparation, that let IREE 3.13 fuse small-tensor code
+into fewer dispatches, with fewer reads back to the host.
+
+`stablehlo.select` with a scalar predicate and tensor operands (what
+`jnp.where(flag, x, y)` emits for a scalar `flag`) becomes, in IREE 3.13, a
+host-side choice of buffers: the predicate is read back from the device, which
+in a loop body costs a synchronisation per step. `broadcast_select_predicates`
+broadcasts each such predicate to the operands' shape, so the select is
+elementwise and fuses with its operands' producers::
+
+    select(flag, x, y)  ==  select(broadcast(flag, x.shape), x, y)
+
+IREE 3.13 does not fuse a `stablehlo.concatenate` with the ops that compute its
+pieces: `jnp.stack([f(x), g(x)])` becomes one dispatch per piece plus a copy per
+piece into the result. Loop bodies over a few numbers (an ODE right-hand side,
+a small state vector) are mostly such stacks, and each dispatch and copy costs
+about a microsecond of host work per loop step on local-sync.
+`small_stacks_as_selects` rewrites each concatenate of at most
+SMALL_ELEMENTS elements whose pieces are one slice thick along the joined
+axis (what `jnp.stack` emits) into elementwise ops, which IREE fuses with the
+pieces' producers::
+
+    concatenate([a, b, c], axis)     # each one slice thick along axis
+      == select(iota == 0, broadcast(a), select(iota == 1, broadcast(b), broadcast(c)))
+"""
+from __future__ import annotations
+
+SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for a readback
+
+
+def fusible_small_tensor_code(module) -> None:
+    """Apply both rewrites of this module to `module`, in place."""
+    broadcast_select_predicates(module)
+    small_stacks_as_selects(module)
+
+
+def broadcast_select_predicates(module) -> None:
+    """Give every `stablehlo.select` of tensors with a scalar predicate an
+    elementwise predicate, in place."""
+    from iree.compiler import ir
+
+    selects = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.select":
+            operand = ir.RankedTensorType(op.operation.operands[1].type)
+            if (ir.RankedTensorType(op.operation.operands[0].type).rank == 0
+                    and 0 < operand.rank and _small(operand)):
+                selects.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in selects:
+        operand = ir.RankedTensorType(op.operands[1].type)
+        mask_type = ir.RankedTensorType.get(operand.shape, ir.IntegerType.get_signless(1),
+                                            operand.encoding)
+        with ir.InsertionPoint(op), op.location:
+            mask = ir.Operation.create(
+                "stablehlo.broadcast_in_dim", results=[mask_type], operands=[op.operands[0]],
+                attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])}).result
+        op.operands[0] = mask
+
+
+def small_stacks_as_selects(module) -> None:
+    """Rewrite every small stack-shaped `stablehlo.concatenate` of `module` in place."""
+    from iree.compiler import ir
+
+    stacks = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.concatenate" and _small_stack(op.operation):
+            stacks.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in stacks:
+        selected = _as_selects(op)
+        op.results[0].replace_all_uses_with(selected)
+        op.erase()
+
+
+def _small_stack(op) -> bool:
+    from iree.compiler import ir
+
+    result = ir.RankedTensorType(op.results[0].type)
+    if result.rank == 0 or not _small(result):
+        return False
+    axis = ir.IntegerAttr(op.attributes["dimension"]).value
+    return len(op.operands) > 1 and all(
+        ir.RankedTensorType(v.type).shape[axis] == 1 for v in op.operands)
+
+
+def _small(tensor_type) -> bool:
+    """Whether a ranked tensor type has a static shape of at most SMALL_ELEMENTS."""
+    if not tensor_type.has_static_shape:
+        return False
+    size = 1
+    for n in tensor_type.shape:
+        size *= n
+    return size <= SMALL_ELEMENTS
+
+
+def _as_selects(op):
+    """The selects that equal the concatenate `op`, inserted before it."""
+    from iree.compiler import ir
+
+    result = ir.RankedTensorType(op.results[0].type)
+    axis = ir.IntegerAttr(op.attributes["dimension"]).value
+    i32 = ir.IntegerType.get_signless(32)
+    positions_type = ir.RankedTensorType.get(result.shape, i32)
+    mask_type = ir.RankedTensorType.get(result.shape, ir.IntegerType.get_signless(1))
+    equal = ir.Attribute.parse("#stablehlo<comparison_direction EQ>")
+    all_dims = ir.DenseI64ArrayAttr.get(list(range(result.rank)))
+    with ir.InsertionPoint(op), op.location:
+        positions = ir.Operation.create(
+            "stablehlo.iota", results=[positions_type],
+            attributes={"iota_dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                             axis)}).result
+
+        def spread(value):
+            return ir.Operation.create(
+                "stablehlo.broadcast_in_dim", results=[result], operands=[value],
+                attributes={"broadcast_dimensions": all_dims}).result
+
+        selected = spread(op.operands[-1])
+        for index in reversed(range(len(op.operands) - 1)):
+            here = ir.Operation.create(
+                "stablehlo.constant", results=[positions_type],
+                attributes={"value": ir.DenseElementsAttr.get_splat(
+                    positions_type, ir.IntegerAttr.get(i32, index))}).result
+            mask = ir.Operation.create(
+                "stablehlo.compare", results=[mask_type], operands=[positions, here],
+                attributes={"comparison_direction": equal}).result
+            selected = ir.Operation.create(
+                "stablehlo.select", results=[result],
+                operands=[mask, spread(op.operands[index]), selected]).result
+    return selected
