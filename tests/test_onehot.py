@@ -20,6 +20,7 @@ FLAGS = np.array([True, False, True])
 
 PROGRAMS = {
     "read": (lambda x, j: x[j], VECTOR),
+    "read_computed_table": (lambda x, j: (x + jnp.arange(5, dtype=np.float32))[j], VECTOR),
     "read_clamped_slice": (lambda x, j: lax.dynamic_slice(x, (j,), (2,)), VECTOR),
     "set": (lambda x, j: x.at[j].set(-0.0), VECTOR),
     "add": (lambda x, j: x.at[j].add(2.0), VECTOR),

@@ -52,6 +52,7 @@ def onehot_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 
 
 def _rewritable(jaxpr) -> bool:
+    """Whether `jaxpr` (or a call `_eval` inlines) has an op `_rule` rewrites."""
     for eqn in jaxpr.eqns:
         if _rule(eqn) is not None:
             return True
@@ -66,6 +67,8 @@ def _open(jaxpr):
 
 
 def _eval(jaxpr, consts, *args):
+    """`jaxpr(*consts, *args)` on the current trace, with `_rule`'s forms for the
+    ops it rewrites and the `_INLINED` calls evaluated in line."""
     env = {}
 
     def read(v):
@@ -95,6 +98,8 @@ def _eval(jaxpr, consts, *args):
 def _rule(eqn):
     """The one-hot form of `eqn`, or None where it keeps its own."""
     name = eqn.primitive.name
+    if name not in ("dynamic_slice", "dynamic_update_slice", "gather", *_SCATTER_COMBINE):
+        return None
     operand = eqn.invars[0].aval
     if (not isinstance(operand, ShapedArray) or not _selectable(operand.dtype)
             or not is_constant_shape(operand.shape)):
