@@ -27,6 +27,7 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
+from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import distinct_loop_inits
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
@@ -70,15 +71,7 @@ def _leave_uninitialized(module) -> None:
     become `tensor.empty`: allocated, never filled."""
     from iree.compiler import ir
 
-    tagged = []
-
-    def visit(op):
-        if "whilst.uninitialized" in op.operation.attributes:
-            tagged.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in tagged:
+    for op in ops_where(module, lambda op: "whilst.uninitialized" in op.attributes):
         result_type = ir.RankedTensorType(op.results[0].type)
         if not result_type.has_static_shape:
             continue

@@ -25,6 +25,8 @@ pieces' producers::
 """
 from __future__ import annotations
 
+from whilst.lowering._ir_walk import ops_where
+
 SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for a readback
 
 
@@ -39,18 +41,7 @@ def broadcast_select_predicates(module) -> None:
     elementwise predicate, in place."""
     from iree.compiler import ir
 
-    selects = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.select":
-            operand = ir.RankedTensorType(op.operation.operands[1].type)
-            if (ir.RankedTensorType(op.operation.operands[0].type).rank == 0
-                    and 0 < operand.rank and _small(operand)):
-                selects.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in selects:
+    for op in ops_where(module, _scalar_predicate_select):
         operand = ir.RankedTensorType(op.operands[1].type)
         mask_type = ir.RankedTensorType.get(operand.shape, ir.IntegerType.get_signless(1),
                                             operand.encoding)
@@ -63,25 +54,27 @@ def broadcast_select_predicates(module) -> None:
 
 def small_stacks_as_selects(module) -> None:
     """Rewrite every small stack-shaped `stablehlo.concatenate` of `module` in place."""
-    from iree.compiler import ir
-
-    stacks = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.concatenate" and _small_stack(op.operation):
-            stacks.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in stacks:
+    for op in ops_where(module, _small_stack):
         selected = _as_selects(op)
         op.results[0].replace_all_uses_with(selected)
         op.erase()
 
 
+def _scalar_predicate_select(op) -> bool:
+    from iree.compiler import ir
+
+    if op.name != "stablehlo.select":
+        return False
+    operand = ir.RankedTensorType(op.operands[1].type)
+    return (ir.RankedTensorType(op.operands[0].type).rank == 0 and 0 < operand.rank
+            and _small(operand))
+
+
 def _small_stack(op) -> bool:
     from iree.compiler import ir
 
+    if op.name != "stablehlo.concatenate":
+        return False
     result = ir.RankedTensorType(op.results[0].type)
     if result.rank == 0 or not _small(result):
         return False

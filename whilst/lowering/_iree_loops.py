@@ -10,6 +10,8 @@ dispatch before the loop that IREE cannot fold, so each carry owns its buffer.
 """
 from __future__ import annotations
 
+from whilst.lowering._ir_walk import ops_where
+
 
 def distinct_loop_inits(module) -> None:
     """Canonicalize and CSE `module` (as IREE will), then give each `stablehlo.while`
@@ -17,15 +19,7 @@ def distinct_loop_inits(module) -> None:
     from iree.compiler import ir, passmanager
 
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module.operation)
-    loops = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.while":
-            loops.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for loop in loops:
+    for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         seen = set()
         for index, value in enumerate(loop.operands):
             if ir.RankedTensorType(value.type).rank == 0:
