@@ -63,6 +63,7 @@ from whilst._jax_compat import (
     partition_list, scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
 from whilst.ir._functional_while import COUNTER_AVAL, functional_while, split_operands
+from whilst.ir._packing import RowPacking
 from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
@@ -248,8 +249,11 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
             residual_kinds.append(("row", step_index))
             step_index += 1
     n_rows = step_index
+    assert len(primal_jaxpr.out_avals) == len(carry) + n_rows
+    packing = RowPacking.plan(primal_jaxpr.out_avals[len(carry):])
+    if packing.groups:
+        primal_jaxpr = _pushing_packed_rows(primal_jaxpr, len(carry), packing)
     row_avals = primal_jaxpr.out_avals[len(carry):]
-    assert len(row_avals) == n_rows
 
     # The linear While's body takes [invariants, rows, dconsts, dcarry].
     n_inv = len(invariants)
@@ -263,7 +267,8 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
             inv_avals[j] = a
 
     def linear_body(*args):
-        inv, rows, rest = split_list(args, [n_inv, n_rows])
+        inv, packed, rest = split_list(args, [n_inv, len(row_avals)])
+        rows = packing.unpack(packed)
         res = [inv[j] if kind == "invariant" else rows[j] for kind, j in residual_kinds]
         return call(tangent_jaxpr, *res, *rest)
 
@@ -314,6 +319,14 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
 
     return ([n, *carry_out], [False, *carry_nz], [n, *steps.invariants, *stacks],
             linearized)
+
+
+def _pushing_packed_rows(primal_jaxpr, ncarry, packing):
+    """`primal_jaxpr` (returning `(*carry, *rows)`) returning `(*carry, *packing.pack(rows))`."""
+    def body(*args):
+        carry, rows = split_list(call(primal_jaxpr, *args), [ncarry])
+        return [*carry, *packing.pack(rows)]
+    return trace_closed(body, primal_jaxpr.in_avals, "primal_body")
 
 
 def _hoisted_flags(in_fwd_res, which_hoisted):
