@@ -349,6 +349,14 @@ def per_example_ref_grads(xs, ns):
     return np.array([jax.grad(ref)(x, int(n)) for x, n in zip(xs, ns)])
 
 
+def cos_steps(loop):
+    """sum(u ** 2) after n steps of u <- u cos(u) + theta[0] (theta closed over)."""
+    def loss(u, theta, n):
+        return jnp.sum(loop(lambda i, u: i < n, lambda i, u: (i + 1, u * jnp.cos(u) + theta[0]),
+                            [0, u])[1] ** 2)
+    return loss
+
+
 def grow_to_ten(x):
     return wl(lambda x: x < 10.0, lambda x: x * 1.7 + 0.2, [x], maximum_iterations=50)
 
@@ -386,6 +394,11 @@ GRAD = [
          lambda x, ct: jax.vjp(sin2_ref, x)[1](ct)),
     Case("value_and_grad", jax.value_and_grad(lambda x: sin2(x).sum()), (X3,),
          jax.value_and_grad(lambda x: sin2_ref(x).sum())),
+    # the loss is computed before the gradient While (result_packed_with_loop_init.mlir)
+    Case("value_and_grad_two_argnums", jax.value_and_grad(
+        cos_steps(lambda c, b, v: wl(c, b, v, maximum_iterations=6)), argnums=(0, 1)),
+         (X3, np.array([0.3, 0.7], f32), np.int32(2)),
+         jax.value_and_grad(cos_steps(lambda c, b, v: unrolled(c, b, v, 6)), argnums=(0, 1))),
     Case("grad_of_grad", jax.grad(jax.grad(second)), (f32(0.8),), jax.grad(jax.grad(second_ref))),
     Case("jacfwd_of_grad", jax.jacfwd(jax.grad(second)), (f32(0.8),),
          jax.grad(jax.grad(second_ref))),

@@ -8,8 +8,10 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
   * selects with a scalar predicate, and small `jnp.stack`s, become elementwise
     ops that IREE fuses with their operands' producers, with no predicate read
     back to the host (`_iree_fusion.fusible_small_tensor_code`);
-  * the module is canonicalized and CSE'd, and loop carries that start from one
-    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`);
+  * the module is canonicalized and CSE'd, loop carries that start from one
+    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), and
+    results computed before a loop are returned through a copy made after it
+    (`_iree_loops.results_after_loops`);
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
-from whilst.lowering._iree_loops import distinct_loop_inits
+from whilst.lowering._iree_loops import distinct_loop_inits, results_after_loops
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -55,6 +57,7 @@ def prepare(exports, targets=None) -> str:
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
+            results_after_loops(module)
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):
                     op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)

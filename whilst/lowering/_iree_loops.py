@@ -7,6 +7,13 @@ the equal initial carries of a `lax.scan`), so writing one overwrites the other.
 `distinct_loop_inits` starts every such duplicate carry from its own copy of the
 value: `init + barrier(0)` (`init | barrier(false)` for booleans), one elementwise
 dispatch before the loop that IREE cannot fold, so each carry owns its buffer.
+
+IREE 3.13 also packs a value computed before a loop into one allocation with
+the loop's initial carries, and a function that returns such a value fails on
+every call ("ref is null ... hal.buffer_view.create"; e.g. `jax.value_and_grad`
+with two `argnums` returns the loss, computed before the gradient While).
+`results_after_loops` returns each such value through a copy made after the
+loops (`bench/iree_limits/reproduce.py value_and_grad_two_argnums`).
 """
 from __future__ import annotations
 
@@ -27,6 +34,23 @@ def distinct_loop_inits(module) -> None:
             if value in seen:
                 loop.operands[index] = _opaque_copy(value, loop)
             seen.add(value)
+
+
+def results_after_loops(module) -> None:
+    """In each function with top-level `stablehlo.while` loops, return every result
+    computed before the last of them through its own copy, made after it."""
+    for func in ops_where(module, lambda op: op.name == "func.func"):
+        if not func.regions[0].blocks:
+            continue
+        ops = list(func.regions[0].blocks[0].operations)
+        loops = [i for i, op in enumerate(ops) if op.operation.name == "stablehlo.while"]
+        if not loops:
+            continue
+        before_last_loop = {result for op in ops[:loops[-1]] for result in op.results}
+        ret = ops[-1].operation
+        for index, value in enumerate(ret.operands):
+            if value in before_last_loop:
+                ret.operands[index] = _opaque_copy(value, ret)
 
 
 def _opaque_copy(value, before):
