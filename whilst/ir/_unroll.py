@@ -4,11 +4,13 @@ IREE pays about 2 us of host work per loop iteration, so small bodies run k
 steps per iteration (see `_while_lowering.py` for the emitted form).
 Reverse mode fixes the factors of the loops it creates when it builds them,
 because they decide how its residual stacks are laid out (`_reverse.py`).
+`lax.scan`s inside exported loop bodies are unrolled by the same measure
+(`unrolled_scans`), through scan's own `unroll`.
 """
 from __future__ import annotations
 
 import numpy as np
-from jax.extend.core import Jaxpr, Literal, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
 
 from whilst._jax_compat import is_constant_shape
 
@@ -66,6 +68,57 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     equations = _equations(body_jaxpr.jaxpr) + _equations(cond_jaxpr.jaxpr)
     return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1),
                       MAX_UNROLLED_EQUATIONS // max(equations, 1)))
+
+
+def unrolled_scans(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """`closed` with every `lax.scan` in it (in sub-jaxprs too) that has no
+    `unroll` of its own unrolled by `scan_unroll_factor`; the same object when
+    nothing changes. Same results: scan's `unroll` changes only the emitted loop."""
+    jaxpr = _with_unrolled_scans(closed.jaxpr)
+    return closed if jaxpr is closed.jaxpr else ClosedJaxpr(jaxpr, closed.consts)
+
+
+def scan_unroll_factor(eqn) -> int:
+    """Steps per emitted iteration for the `scan` equation `eqn`, chosen as
+    `unroll_factor` chooses for a whilst loop (at most the scan's length)."""
+    (body,) = jaxprs_in_params({"jaxpr": eqn.params["jaxpr"]})
+    if (body.effects or _indexes_at_computed_position(body)
+            or not all(is_constant_shape(v.aval.shape) for v in _all_vars(body))
+            or any(nbytes(v.aval) > LARGE_CARRY_BYTES for v in body.outvars)):
+        return 1
+    work, equations = _work(body), _equations(body)
+    if work >= WORK_PER_ITERATION:
+        return 1  # a nested loop, or a step big enough on its own
+    return max(1, min(eqn.params["length"], MAX_UNROLL, WORK_PER_ITERATION // max(work, 1),
+                      MAX_UNROLLED_EQUATIONS // max(equations, 1)))
+
+
+def _with_unrolled_scans(jaxpr: Jaxpr) -> Jaxpr:
+    eqns = []
+    for eqn in jaxpr.eqns:
+        params = {name: _map_jaxprs(value, _with_unrolled_scans)
+                  for name, value in eqn.params.items()}
+        if eqn.primitive.name == "scan" and params["unroll"] == 1:
+            params["unroll"] = scan_unroll_factor(eqn.replace(params=params))
+        changed = any(params[name] is not value for name, value in eqn.params.items())
+        eqns.append(eqn.replace(params=params) if changed else eqn)
+    if all(a is b for a, b in zip(eqns, jaxpr.eqns)):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns)
+
+
+def _map_jaxprs(value, fn):
+    """`value` with `fn` applied to each `Jaxpr` in it (bare, closed, or in a tuple
+    such as cond's branches); the same object when `fn` changes none."""
+    if isinstance(value, ClosedJaxpr):
+        inner = fn(value.jaxpr)
+        return value if inner is value.jaxpr else ClosedJaxpr(inner, value.consts)
+    if isinstance(value, Jaxpr):
+        return fn(value)
+    if isinstance(value, tuple) and any(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value):
+        mapped = tuple(_map_jaxprs(v, fn) for v in value)
+        return value if all(a is b for a, b in zip(mapped, value)) else mapped
+    return value
 
 
 def _all_vars(jaxpr: Jaxpr):

@@ -57,7 +57,7 @@ from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing
 from whilst.ir._stacks import pushed_rows, split_pops
-from whilst.ir._unroll import unroll_factor
+from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
@@ -197,10 +197,12 @@ def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
     if given; otherwise automatic when exporting (for IREE, which pays per
     iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
-    Exported bodies that run k > 1 steps read and write small arrays at computed
-    positions by one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
+    Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), and those
+    that run k > 1 steps read and write small arrays at computed positions by
+    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
+    cond_jaxpr, body_jaxpr = unrolled_scans(cond_jaxpr), unrolled_scans(body_jaxpr)
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:
         return cond_jaxpr, body_jaxpr, 1
