@@ -12,7 +12,7 @@ from jax.core import ShapedArray
 import whilst
 from conftest import unrolled
 from whilst.ir._inspect import iter_loops
-from whilst.ir._packing import PACK_ELEMENTS, RowPacking
+from whilst.ir._packing import PACK_ELEMENTS, PACK_ROW_ELEMENTS, RowPacking
 
 
 def avals(*specs):
@@ -21,23 +21,23 @@ def avals(*specs):
 
 def test_plan_groups_small_rows_by_dtype_in_order():
     rows = avals(((), np.float32), ((3,), np.int32), ((2, 2), np.float32),
-                 ((PACK_ELEMENTS + 1,), np.float32), ((), np.bool_), ((), np.int32),
+                 ((PACK_ROW_ELEMENTS + 1,), np.float32), ((), np.bool_), ((), np.int32),
                  ((5,), np.float32), ((0,), np.float32), ((), np.bool_))
     plan = RowPacking.plan(rows)
     # f32 rows 0, 2, 6 (row 3 is too large, row 7 empty); i32 1, 5; bool 4, 8.
     assert sorted(plan.groups) == [(0, 2, 6), (1, 5), (4, 8)]
     packed = {(a.shape, np.dtype(a.dtype).name) for a in plan.packed_avals}
-    assert packed == {((PACK_ELEMENTS + 1,), "float32"), ((0,), "float32"),
+    assert packed == {((PACK_ROW_ELEMENTS + 1,), "float32"), ((0,), "float32"),
                       ((10,), "float32"), ((4,), "int32"), ((2,), "bool")}
 
 
 def test_plan_starts_a_new_row_when_one_is_full_and_leaves_lonely_rows():
-    half = PACK_ELEMENTS // 2
-    rows = avals(((half,), np.float32), ((half,), np.float32), ((1,), np.float32),
-                 ((), np.int32))
+    rows = avals(*[((PACK_ROW_ELEMENTS,), np.float32)] * (PACK_ELEMENTS // PACK_ROW_ELEMENTS),
+                 ((1,), np.float32), ((), np.int32))
     plan = RowPacking.plan(rows)
-    assert plan.groups == ((0, 1),)  # row 2 alone in the next f32 row, row 3 alone
-    assert len(plan.packed_avals) == 3
+    full = tuple(range(PACK_ELEMENTS // PACK_ROW_ELEMENTS))
+    assert plan.groups == (full,)  # the next f32 row holds only the 1-element row
+    assert [a.shape for a in plan.packed_avals] == [(1,), (), (PACK_ELEMENTS,)]
 
 
 def test_pack_then_unpack_is_the_identity_bit_for_bit():
@@ -47,7 +47,7 @@ def test_pack_then_unpack_is_the_identity_bit_for_bit():
             rng.integers(-9, 9, 4).astype(np.int32), np.bool_(True),
             np.array([False, True]), rng.standard_normal(300).astype(np.float32)]
     plan = RowPacking.plan([ShapedArray(np.shape(r), np.asarray(r).dtype) for r in rows])
-    assert len(plan.groups) == 3
+    assert len(plan.groups) == 3 and len(plan.packed_avals) == 4
     packed = jax.jit(plan.pack)(rows)
     assert [(p.shape, p.dtype) for p in packed] == [(a.shape, a.dtype)
                                                   for a in plan.packed_avals]

@@ -15,8 +15,11 @@ A packed row is a stack of its elements (`jnp.stack` of scalars), the form
 that IREE preparation turns into elementwise selects fused with the ops that
 compute the elements (`whilst.lowering._iree_fusion`), so packing costs no
 copy per element there; the gradient While reads the elements back with static
-slices. Rows of more than PACK_ELEMENTS elements, rows of symbolic shape and a
-dtype's only small row are left as they are (as are empty rows).
+slices. The selects cost (elements x pieces) per step, so only rows of at most
+PACK_ROW_ELEMENTS elements are packed, at most PACK_ELEMENTS to a row: a vector
+row costs one write on its own (packing the CG sample's 128-element rows raised
+its loop from 26 to 40 dispatches per step). Larger rows, rows of symbolic shape,
+empty rows and a dtype's only small row are left as they are.
 """
 from __future__ import annotations
 
@@ -28,9 +31,8 @@ from jax.core import ShapedArray
 
 from whilst._jax_compat import is_constant_shape
 
-# Most elements in one packed row: the size up to which IREE preparation turns
-# the stack into selects (`_iree_fusion.SMALL_ELEMENTS`).
-PACK_ELEMENTS = 256
+PACK_ROW_ELEMENTS = 8  # rows of at most this many elements are packed
+PACK_ELEMENTS = 64  # elements of one packed row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +44,13 @@ class RowPacking:
 
     @classmethod
     def plan(cls, row_avals) -> "RowPacking":
-        """Group the small rows of each dtype, in order, into rows of at most
-        PACK_ELEMENTS elements; groups of one row are dropped."""
+        """Group the rows of at most PACK_ROW_ELEMENTS elements of each dtype, in
+        order, into rows of at most PACK_ELEMENTS elements; groups of one row are
+        dropped."""
         groups, open_groups = [], {}
         for j, aval in enumerate(row_avals):
             size = _size(aval)
-            if size is None or not 0 < size <= PACK_ELEMENTS:
+            if size is None or not 0 < size <= PACK_ROW_ELEMENTS:
                 continue
             group, total = open_groups.get(aval.dtype, ([], 0))
             if total + size > PACK_ELEMENTS:
