@@ -52,6 +52,28 @@ def has_dynamic_shapes(module) -> bool:
     return False
 
 
+def symbolic_stack_loops(module) -> list[str]:
+    """Names of the loops of `module` that push or pop residual rows with symbolic
+    dimensions (the forward and gradient Whiles of reverse mode), which IREE 3.13
+    cannot compile: `dynamic_update_slice` of a row needs a rank-raising
+    `dynamic_broadcast_in_dim`, and reading one back a rank-lowering
+    `dynamic_reshape` or `dynamic_gather`, all rejected, while a `real_dynamic_slice`
+    of a row fails in codegen (bench/iree_limits/reproduce.py symbolic_batch_grad)."""
+    from iree.compiler import ir
+
+    def stacked(op):
+        if op.name != "stablehlo.while":
+            return False
+        role = ir.StringAttr(op.attributes["whilst.role"]).value if (
+            "whilst.role" in op.attributes) else None
+        return role in ("gradient", "linear") or any(
+            not ir.RankedTensorType(r.type).has_static_shape and ir.RankedTensorType(r.type).rank
+            > 1 and "whilst.uninitialized" in getattr(v.owner, "attributes", {})
+            for r, v in zip(op.results, op.operands))
+    return [ir.StringAttr(op.attributes["whilst.name"]).value if "whilst.name" in op.attributes
+            else "while" for op in ops_where(module, stacked)]
+
+
 def dims_from_arguments(module) -> None:
     """Inline every call, then give each shape operand of a dynamically shaped op an
     i64 version computed from `tensor.dim` where the original read
@@ -128,7 +150,7 @@ def _widened(value, before):
 
 
 def _attributes(op):
-    return [(a.name, a.attr) for a in op.attributes]
+    return [(op.attributes[i].name, op.attributes[i].attr) for i in range(len(op.attributes))]
 
 
 def _is_integer(value) -> bool:
