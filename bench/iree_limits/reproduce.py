@@ -29,20 +29,42 @@ def cut_gradient(n):
     return jax.grad(f), (np.float32(0.5),)
 
 
-def symbolic_batch(grad):
-    """A vmapped loop over a symbolic batch `b`: forward fails with "'scf.while' op
-    along control flow edge from Operation scf.condition to Region #1: region
-    branch point has N operands, but region successor needs M"; the gradient fails on
-    `stablehlo.dynamic_broadcast_in_dim ... explicitly marked illegal` (a rank-
-    raising broadcast of the per-example predicate for the residual row push)."""
+def symbolic_batch_grad():
+    """jax.grad of a loss of a vmapped loop over a symbolic batch `b` (whilst.compile
+    refuses it, see `whilst.lowering._iree_dims.symbolic_stack_loops`; here the
+    refusal is skipped). Its residual rows are `f32[b]`-like: writing one with
+    `dynamic_update_slice` needs a rank-raising `dynamic_broadcast_in_dim`
+    ("explicitly marked illegal"); a row `scatter` passes (symbolic_row_write.py),
+    but reading a row back needs a rank-lowering `dynamic_reshape` or
+    `dynamic_gather` (both illegal), and `reduce` over a `real_dynamic_slice` of
+    the row fails in codegen ("failed to resolve workgroup count hint in terms of
+    workload ordinals")."""
+    from whilst.lowering import _iree
+    _iree._refuse_symbolic_stacks = lambda module, name: None
+
     def step_loop(x, limit):
         return whilst.while_loop(lambda i, x: x < limit, lambda i, x: (i + 1, x * 1.5 + 0.1),
                                  [0, x], maximum_iterations=20)
     fwd = jax.vmap(step_loop)
-    fn = jax.grad(lambda xs, ls: jnp.sum(fwd(xs, ls)[1] ** 2)) if grad else fwd
     (b,) = jax_export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((b,), np.float32)
-    return fn, (spec, spec)
+    return jax.grad(lambda xs, ls: jnp.sum(fwd(xs, ls)[1] ** 2)), (spec, spec)
+
+
+def symbolic_batch_newton():
+    """A vmapped Newton iteration over a symbolic batch, carrying x and its residual
+    (both `f32[b]`, x starting as the argument): iree-compile fails with "'scf.while'
+    op ... region branch point has 10 operands, but region successor needs 12" even
+    after preparation derives every dimension from the argument's."""
+    def newton_sqrt(a):
+        def body(i, s):
+            x, _ = s
+            x = 0.5 * (x + a / x)
+            return i + 1, (x, jnp.abs(x * x - a))
+        return whilst.while_loop(lambda i, s: s[1] > 1e-4 * a, body,
+                                 [0, (a, jnp.abs(a * a - a))], maximum_iterations=50)
+    (b,) = jax_export.symbolic_shape("b")
+    return jax.vmap(newton_sqrt), (jax.ShapeDtypeStruct((b,), np.float32),)
 
 
 def budget_k1_tail():
@@ -65,8 +87,8 @@ CASES = {
     "budget_k1_tail": budget_k1_tail,
     "cut_gradient_0": lambda: cut_gradient(0),
     "cut_gradient_1": lambda: cut_gradient(1),
-    "symbolic_batch_forward": lambda: symbolic_batch(False),
-    "symbolic_batch_grad": lambda: symbolic_batch(True),
+    "symbolic_batch_grad": symbolic_batch_grad,
+    "symbolic_batch_newton": symbolic_batch_newton,
 }
 
 

@@ -8,6 +8,8 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
   * selects with a scalar predicate, and small `jnp.stack`s, become elementwise
     ops that IREE fuses with their operands' producers, with no predicate read
     back to the host (`_iree_fusion.fusible_small_tensor_code`);
+  * with symbolic dimensions, every dynamic dimension is computed from the
+    arguments' own (`_iree_dims`);
   * the module is canonicalized and CSE'd, loop carries that start from one
     value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), and
     results computed before a loop are returned through a copy made after it
@@ -30,6 +32,8 @@ there are several targets (`--iree-hal-link-executables=false`).
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_dims import (
+    dims_from_arguments, has_dynamic_shapes, results_with_own_dims, symbolic_stack_loops)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import distinct_loop_inits, results_after_loops
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
@@ -46,6 +50,10 @@ def prepare(exports, targets=None) -> str:
     """Merge `Exported` functions into one module text ready for iree-compile.
 
     `targets`, if given, is `target_metadata(...)`, stored on each function.
+
+    Raises:
+      CompileError: a function differentiates a loop over symbolic dimensions,
+        which IREE 3.13 cannot compile (`_iree_dims.symbolic_stack_loops`).
     """
     from iree.compiler import ir
 
@@ -54,10 +62,16 @@ def prepare(exports, targets=None) -> str:
         for exp in exports:
             module = ir.Module.parse(exp.text)
             _rename_symbols(module, exp.name)
+            dynamic = has_dynamic_shapes(module)
+            if dynamic:
+                _refuse_symbolic_stacks(module, exp.name)
+                dims_from_arguments(module)
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             results_after_loops(module)
+            if dynamic:
+                results_with_own_dims(module)
             for op in list(module.body.operations):
                 if op.operation.name == "func.func" and _is_public(op):
                     op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
@@ -67,6 +81,16 @@ def prepare(exports, targets=None) -> str:
                     op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
                 merged.body.append(op.operation)
         return merged.operation.get_asm(enable_debug_info=False)
+
+
+def _refuse_symbolic_stacks(module, name: str) -> None:
+    loops = symbolic_stack_loops(module)
+    if loops:
+        raise CompileError(
+            f"{name}: loop(s) {sorted(set(loops))} push or pop residual rows with symbolic "
+            f"dimensions (reverse mode over a symbolic batch): IREE 3.13 cannot compile "
+            f"dynamically shaped row reads and writes. Export the gradient with concrete "
+            f"shapes (one module per batch size), or compile only the forward function.")
 
 
 def _leave_uninitialized(module) -> None:
