@@ -23,6 +23,7 @@ dimensions IREE does not identify with the argument's.
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_loops import identity_element
 
 # Shape-like operands (by position) of StableHLO's dynamically shaped ops.
 SHAPE_OPERANDS = {
@@ -171,14 +172,8 @@ def _rebroadcast(value, tensor, before):
     from iree.compiler import ir
 
     i32 = ir.IntegerType.get_signless(32)
-    element = tensor.element_type
-    scalar = ir.RankedTensorType.get([], element)
-    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1:
-        identity, combine = ir.BoolAttr.get(False), "stablehlo.or"
-    elif isinstance(element, ir.IntegerType):
-        identity, combine = ir.IntegerAttr.get(element, 0), "stablehlo.add"
-    else:
-        identity, combine = ir.FloatAttr.get(element, -0.0), "stablehlo.add"  # x + -0.0 == x
+    scalar = ir.RankedTensorType.get([], tensor.element_type)
+    identity, combine = identity_element(tensor.element_type)
     with ir.InsertionPoint(before), before.location:
         sizes = []
         for axis, size in enumerate(tensor.shape):

@@ -53,26 +53,31 @@ def results_after_loops(module) -> None:
                 ret.operands[index] = _opaque_copy(value, ret)
 
 
+def identity_element(element) -> tuple:
+    """`(identity, op)` for an MLIR element type: `op(x, identity) == x` bit for bit
+    (`False` and `stablehlo.or` for booleans, 0 and `stablehlo.add` for integers,
+    -0.0 and `stablehlo.add` for floats: x + -0.0 == x, -0.0 included)."""
+    from iree.compiler import ir
+
+    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1:
+        return ir.BoolAttr.get(False), "stablehlo.or"
+    if isinstance(element, ir.IntegerType):
+        return ir.IntegerAttr.get(element, 0), "stablehlo.add"
+    return ir.FloatAttr.get(element, -0.0), "stablehlo.add"
+
+
 def _opaque_copy(value, before):
     """`value` combined elementwise with an identity element hidden behind an
     optimization barrier, inserted before `before`: equal contents, a new buffer."""
     from iree.compiler import ir
 
     tensor = ir.RankedTensorType(value.type)
-    element = tensor.element_type
-    scalar = ir.RankedTensorType.get([], element)
-    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1:
-        identity, combine = ir.DenseElementsAttr.get_splat(
-            scalar, ir.BoolAttr.get(False)), "stablehlo.or"
-    elif isinstance(element, ir.IntegerType):
-        identity, combine = ir.DenseElementsAttr.get_splat(
-            scalar, ir.IntegerAttr.get(element, 0)), "stablehlo.add"
-    else:
-        identity, combine = ir.DenseElementsAttr.get_splat(
-            scalar, ir.FloatAttr.get(element, -0.0)), "stablehlo.add"  # x + -0.0 == x
+    scalar = ir.RankedTensorType.get([], tensor.element_type)
+    identity, combine = identity_element(tensor.element_type)
     with ir.InsertionPoint(before), before.location:
-        const = ir.Operation.create("stablehlo.constant", results=[scalar],
-                                    attributes={"value": identity})
+        const = ir.Operation.create(
+            "stablehlo.constant", results=[scalar],
+            attributes={"value": ir.DenseElementsAttr.get_splat(scalar, identity)})
         opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[scalar],
                                      operands=[const.result])
         spread = ir.Operation.create(
