@@ -141,26 +141,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         xs, rows = step(i, xs, rows_in(0))
         pushed = [[r] for r in rows]
         steps = const(1)
-        import os
-        if os.environ.get("WHILST_SPEC") and k > 1:
-            specs, actives = [xs], []
-            alive = None
-            for s in range(1, k):
-                index = hlo.add(i, const(s))
-                q = predicate(index, specs[-1])
-                alive = q if alive is None else hlo.and_(alive, q)
-                actives.append(alive)
-                new, rows = step(index, specs[-1], rows_in(s))
-                specs.append(new)
-                for chunk, r in zip(pushed, rows):
-                    chunk.append(r)
-                if count_carried:
-                    steps = hlo.add(steps, hlo.convert(i32, alive))
-            xs = specs[-1]
-            for s in range(k - 2, -1, -1):
-                xs = [hlo.select(_broadcast(actives[s], n.type), n, x) for n, x in zip(xs, specs[s])]
-        else:
-          for s in range(1, k):
+        for s in range(1, k):
             index = hlo.add(i, const(s))
             active = predicate(index, xs)
             new, rows = step(index, xs, rows_in(s))
