@@ -117,6 +117,20 @@ def test_jit_vmap_per_example_trip_counts_and_switch():
     np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("memory", [136, 260])  # heads of 3 and 6 rows, K = 2 and 3
+def test_vmap_of_grad_across_the_switch_on_iree(memory):
+    """Lanes that end in the stored head, at the switch, and deep in the checkpointed
+    tail, in one batch, compiled by IREE; against jax.grad of the unrolled loop."""
+    grad = jax.vmap(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=memory)))
+    xs = np.stack([X, X * 0.5, X + 0.3, -X]).astype(np.float32)
+    module = whilst.compile(grad, xs, np.zeros(4, np.int32)).load()
+    for ns in [[0, 2, 5, 30], [3, 4, 1, 17]]:
+        ns = np.array(ns, np.int32)
+        want = [jax.grad(oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
+        np.testing.assert_allclose(module(xs, ns), np.stack(want), rtol=2e-5, atol=1e-6,
+                                   err_msg=f"ns={ns}")
+
+
 @pytest.mark.parametrize("n", [2, 3, 9])
 def test_grad_of_grad_across_the_switch(n):
     options = dict(gradient_memory=136)

@@ -233,6 +233,22 @@ def test_compiles_and_runs_on_iree():
                                    atol=1e-6)
 
 
+def test_vmap_of_grad_with_per_example_trip_counts_on_iree():
+    """Every lane stores and restores its own checkpoints (the slot writes and reads
+    at per-lane slots, on IREE in explicit-index form: whilst/ir/_batched_scatter.py);
+    trip counts around the online policy's switch and past it, mixed in each batch."""
+    K = 2
+    grad = jax.vmap(jax.grad(lambda x, w, n: loss(x, w, n, K)), in_axes=(0, None, 0))
+    xs = np.stack([X0, -X0, X0 * 2.0, X0 * 0.5])
+    module = whilst.compile(grad, xs, W, np.zeros(4, np.int32)).load()
+    counts = boundary_trip_counts(K)   # 0, 1, 2, 3, 4, 5, 6, 13, 18
+    for ns in [counts[:4], counts[4:8], [counts[-1], 0, counts[-2], 5]]:
+        ns = np.array(ns, np.int32)
+        want = [jax.grad(loss_ref)(x, W, int(n)) for x, n in zip(xs, ns)]
+        np.testing.assert_allclose(module(xs, W, ns), np.stack(want), rtol=3e-5, atol=1e-6,
+                                   err_msg=f"ns={ns}")
+
+
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), ("4", TypeError),
                                         (2.0, TypeError), (True, TypeError)])
 def test_bad_checkpoints(bad, error):

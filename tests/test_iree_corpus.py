@@ -534,13 +534,6 @@ XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the mod
     "grad_cut_at_1": f"iree-compile segfaults (residual stacks of 1 row); {REPRO} cut_gradient_1",
     # Reproduced by the case itself (whilst.compile of case.fn):
     "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage",
-    "checkpoint_nested": "iree-compile: 'scf.while' op along control flow edge ... region "
-                         "branch point has 6 operands, but region successor needs 8",
-    "checkpoint_vmap_of_grad": "iree-compile: 'iree_linalg_ext.scatter' op expected indices "
-                               "to be equal to batch rank or batch rank + 1",
-    # The checkpointed tail of a loop past its gradient_memory, vmapped: the same.
-    "budget_vmap_of_grad": "iree-compile: 'iree_linalg_ext.scatter' op expected indices "
-                           "to be equal to batch rank or batch rank + 1",
 }
 
 

@@ -14,7 +14,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import export as jax_export
+from jax import export as jax_export, lax
 
 import whilst
 from whilst.lowering import CompileError, compile_text, prepare
@@ -83,7 +83,19 @@ def budget_k1_tail():
     return jax.grad(loss), (np.zeros(3, np.float32), np.int32(5))
 
 
+def batched_scatter():
+    """`jax.vmap` of a write at a per-lane position, outside whilst loops (whilst
+    rewrites those in loop bodies, `whilst/ir/_batched_scatter.py`): a scatter with
+    batching dimensions, which iree-compile rejects with "'iree_linalg_ext.scatter'
+    op expected indices to be equal to batch rank or batch rank + 1"."""
+    def write(buf, k, x):
+        return lax.dynamic_update_index_in_dim(buf, x, k, 0)
+    return jax.vmap(write), (np.zeros((4, 3, 5), np.float32), np.array([0, 2, 1, 2], np.int32),
+                             np.ones((4, 5), np.float32))
+
+
 CASES = {
+    "batched_scatter": batched_scatter,
     "budget_k1_tail": budget_k1_tail,
     "cut_gradient_0": lambda: cut_gradient(0),
     "cut_gradient_1": lambda: cut_gradient(1),

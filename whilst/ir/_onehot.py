@@ -29,12 +29,10 @@ from jax.core import ShapedArray
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst._jax_compat import is_constant_shape
-from whilst.ir._tracing import trace_closed
+from whilst.ir._rewrite import rewrite_equations
 
 ONE_HOT_ELEMENTS = 4096  # elements one rewritten op selects over (array size x slice size)
 
-_INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
-            "custom_jvp_call": "call_jaxpr"}
 _SCATTER_COMBINE = {"scatter": None, "scatter-add": lax.add, "scatter_add": lax.add,
                     "scatter-mul": lax.mul, "scatter_mul": lax.mul,
                     "scatter-min": lax.min, "scatter_min": lax.min,
@@ -45,54 +43,7 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 def onehot_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its small computed-position reads and writes as selects (see
     the module docstring); the same jaxpr object when it has none."""
-    if not _rewritable(jaxpr.jaxpr):
-        return jaxpr
-    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, *args),
-                        jaxpr.in_avals, "onehot_indexing")
-
-
-def _rewritable(jaxpr) -> bool:
-    """Whether `jaxpr` (or a call `_eval` inlines) has an op `_rule` rewrites."""
-    for eqn in jaxpr.eqns:
-        if _rule(eqn) is not None:
-            return True
-        sub = _INLINED.get(eqn.primitive.name)
-        if sub in eqn.params and _rewritable(_open(eqn.params[sub])):
-            return True
-    return False
-
-
-def _open(jaxpr):
-    return jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
-
-
-def _eval(jaxpr, consts, *args):
-    """`jaxpr(*consts, *args)` on the current trace, with `_rule`'s forms for the
-    ops it rewrites and the `_INLINED` calls evaluated in line."""
-    env = {}
-
-    def read(v):
-        return v.val if isinstance(v, Literal) else env[v]
-
-    for v, x in zip(jaxpr.constvars, consts):
-        env[v] = x
-    for v, x in zip(jaxpr.invars, args):
-        env[v] = x
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        rule = _rule(eqn)
-        sub = _INLINED.get(eqn.primitive.name)
-        if rule is not None:
-            outs = [rule(*invals, **eqn.params)]
-        elif sub in eqn.params:
-            inner = eqn.params[sub]
-            outs = _eval(_open(inner), getattr(inner, "consts", ()), *invals)
-        else:
-            outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
-            outs = outs if eqn.primitive.multiple_results else [outs]
-        for v, x in zip(eqn.outvars, outs):
-            env[v] = x
-    return [read(v) for v in jaxpr.outvars]
+    return rewrite_equations(jaxpr, _rule, "onehot_indexing")
 
 
 def _rule(eqn):

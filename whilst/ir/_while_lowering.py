@@ -53,6 +53,7 @@ from jax.interpreters import mlir, partial_eval as pe
 
 from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
+from whilst.ir._batched_scatter import explicit_batch_indices
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing
@@ -157,7 +158,13 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         new_i = hlo.add(i, const(k))
         extra = []
         if rotated:
-            pred = predicate(new_i, xs)
+            # AND-ed with the carried predicate (true whenever the body runs), so
+            # that the body reads it: otherwise IREE 3.13's stream conversion fails
+            # on the loop ("'scf.while' op ... region branch point has 6 operands,
+            # but region successor needs 8 inputs") unless its loop-invariant code
+            # motion happens to find code to hoist out of the body
+            # (bench/iree_limits/reproduce.py unread_loop_predicate).
+            pred = hlo.and_(predicate(new_i, xs), body_block.arguments[1])
             if k > 1:
                 full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
                                    compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
@@ -178,12 +185,15 @@ def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
     if given; otherwise automatic when exporting (for IREE, which pays per
     iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
-    Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), and those
-    that run k > 1 steps read and write small arrays at computed positions by
-    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
+    Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), give
+    vmapped scatters explicit batch indices (`_batched_scatter.py`, the form
+    IREE 3.13 accepts), and those that run k > 1 steps read and write small
+    arrays at computed positions by one-hot selects (`_onehot.py`), which IREE
+    3.13 compiles unrolled."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
-    cond_jaxpr, body_jaxpr = unrolled_scans(cond_jaxpr), unrolled_scans(body_jaxpr)
+    cond_jaxpr, body_jaxpr = (explicit_batch_indices(unrolled_scans(j))
+                              for j in (cond_jaxpr, body_jaxpr))
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:
         return cond_jaxpr, body_jaxpr, 1

@@ -1,0 +1,78 @@
+"""Scatters with batching dimensions, as scatters that index the batch explicitly.
+
+`jax.vmap` of a write at a per-lane position (`x.at[k].set(v)`, or a
+`dynamic_update_slice` with a batched start, such as a checkpoint slot store
+of `_checkpoint.py` under `jax.vmap(jax.grad(...))`) is a scatter whose operand
+and indices share a batch dimension (`operand_batching_dims`). iree-compile 3.13
+rejects it ("'iree_linalg_ext.scatter' op expected indices to be equal to batch
+rank or batch rank + 1"; `bench/iree_limits/reproduce.py batched_scatter`).
+`explicit_batch_indices` rewrites each such scatter into the same scatter with
+the batch position as one more index column, which IREE compiles::
+
+    for b in range(B): x[b, k[b]] = v[b]   # operand_batching_dims=(0,), indices k[:, None]
+      == x[arange(B), k] = v                # indices stack([k, arange(B)], -1), read
+                                            # into operand dims (1, 0); no batching dims
+
+The extra columns always lie in bounds, so every mode (clip, fill or drop,
+promise in bounds) treats the windows as before.
+"""
+from __future__ import annotations
+
+from jax import lax
+from jax.extend.core import ClosedJaxpr
+
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._rewrite import rewrite_equations
+
+
+def explicit_batch_indices(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
+    """`jaxpr` with its scatters that have batching dimensions in the explicit
+    form of the module docstring; the same jaxpr object when it has none."""
+    return rewrite_equations(jaxpr, _rule, "explicit_batch_indices")
+
+
+def _rule(eqn):
+    dn = eqn.params.get("dimension_numbers")
+    if (isinstance(dn, lax.ScatterDimensionNumbers) and dn.operand_batching_dims
+            and all(is_constant_shape(v.aval.shape) for v in eqn.invars)):
+        return lambda *operands, **params: _explicit(eqn.primitive, *operands, **params)
+    return None
+
+
+def _explicit(primitive, operand, indices, updates, *, dimension_numbers, indices_are_sorted,
+              mode, **params):
+    """`primitive` (a scatter) with each batching dimension pair as an index column
+    (the indices' position along that dimension, into the operand's), in the form
+    IREE 3.13 compiles: every indexed operand dimension inserted, none a window.
+    An indexed window of size 1 becomes an inserted dimension; a window spanning
+    its whole dimension loses its index column (the start is clamped, or promised,
+    to 0; not under mode=fill, where another start drops the update)."""
+    del indices_are_sorted  # sorted within each batch, not over the added columns
+    dn = dimension_numbers
+    column_shape = (*indices.shape[:-1], 1)  # jax scatters: the index vector is last
+    columns = [(lax.slice_in_dim(indices, c, c + 1, axis=indices.ndim - 1), d)
+               for c, d in enumerate(dn.scatter_dims_to_operand_dims)]
+    columns += [(lax.broadcasted_iota(indices.dtype, column_shape, i), d)
+                for i, d in zip(dn.scatter_indices_batching_dims, dn.operand_batching_dims)]
+    inserted = {*dn.inserted_window_dims, *dn.operand_batching_dims}
+    windows = [d for d in range(operand.ndim) if d not in inserted]
+    window_size = {d: updates.shape[u] for d, u in zip(windows, dn.update_window_dims)}
+    update_dim = dict(zip(windows, dn.update_window_dims))
+    fill = lax.GatherScatterMode.from_any(mode) == lax.GatherScatterMode.FILL_OR_DROP
+    squeezed, kept = set(), []
+    for column, d in columns:
+        if window_size.get(d) == 1:
+            inserted.add(d)
+            squeezed.add(update_dim[d])
+        elif window_size.get(d) == operand.shape[d] and not fill:
+            continue
+        kept.append((column, d))
+    explicit = lax.ScatterDimensionNumbers(
+        update_window_dims=tuple(u - sum(s < u for s in squeezed)
+                                 for u in dn.update_window_dims if u not in squeezed),
+        inserted_window_dims=tuple(sorted(inserted)),
+        scatter_dims_to_operand_dims=tuple(d for _, d in kept))
+    return primitive.bind(operand, lax.concatenate([c for c, _ in kept], indices.ndim - 1),
+                          lax.squeeze(updates, tuple(sorted(squeezed))),
+                          dimension_numbers=explicit, indices_are_sorted=False, mode=mode,
+                          **params)

@@ -1,0 +1,76 @@
+"""Rewriting chosen equations of a closed jaxpr by evaluating it on a new trace.
+
+The export-time rewrites of loop bodies (`_onehot.py`, `_batched_scatter.py`)
+share this evaluator::
+
+    def rewrite_equations(jaxpr, rule, name):
+        for eqn in jaxpr (calls to jit and custom_jvp functions in line):
+            f = rule(eqn)
+            outs = f(*inputs, **eqn.params) if f else eqn.primitive.bind(*inputs, ...)
+
+Ops inside other control flow (cond, scan, while) stay as they are.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jax.extend.core import ClosedJaxpr, Literal
+
+from whilst.ir._tracing import trace_closed
+
+INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
+           "custom_jvp_call": "call_jaxpr"}  # call primitive -> its jaxpr parameter
+
+
+def rewrite_equations(jaxpr: ClosedJaxpr, rule: Callable, name: str) -> ClosedJaxpr:
+    """`jaxpr` with each equation `eqn` for which `rule(eqn)` returns a function
+    `f` computed as `f(*inputs, **eqn.params)` (one result), the `INLINED` calls
+    evaluated in line; the same jaxpr object when `rule` picks no equation."""
+    if not _rewritable(jaxpr.jaxpr, rule):
+        return jaxpr
+    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, rule, *args),
+                        jaxpr.in_avals, name)
+
+
+def _rewritable(jaxpr, rule) -> bool:
+    """Whether `jaxpr` (or a call `_eval` inlines) has an equation `rule` picks."""
+    for eqn in jaxpr.eqns:
+        if rule(eqn) is not None:
+            return True
+        sub = INLINED.get(eqn.primitive.name)
+        if sub in eqn.params and _rewritable(_open(eqn.params[sub]), rule):
+            return True
+    return False
+
+
+def _open(jaxpr):
+    return jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
+
+
+def _eval(jaxpr, consts, rule, *args):
+    """`jaxpr(*consts, *args)` on the current trace, with `rule`'s forms for the
+    equations it picks and the `INLINED` calls evaluated in line."""
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, Literal) else env[v]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        rewritten = rule(eqn)
+        sub = INLINED.get(eqn.primitive.name)
+        if rewritten is not None:
+            outs = [rewritten(*invals, **eqn.params)]
+        elif sub in eqn.params:
+            inner = eqn.params[sub]
+            outs = _eval(_open(inner), getattr(inner, "consts", ()), rule, *invals)
+        else:
+            outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, x in zip(eqn.outvars, outs):
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
