@@ -67,22 +67,6 @@ def symbolic_batch_newton():
     return jax.vmap(newton_sqrt), (jax.ShapeDtypeStruct((b,), np.float32),)
 
 
-def budget_k1_tail():
-    """The gradient of an unbounded loop under `gradient_memory=100`: a stored head of
-    3 steps and a checkpointed tail, here with one tail checkpoint (whilst's policy
-    keeps at least 2, `whilst.ir._budget.MIN_TAIL_CHECKPOINTS`). iree-compile fails
-    with "'scf.while' op ... region branch point has 18 operands, but region successor
-    needs 20 inputs" on the tail's gradient While; K=1 without a head compiles."""
-    from whilst.ir import _budget
-    _budget.MIN_TAIL_CHECKPOINTS = 1
-
-    def loss(x, n):
-        step = lambda i, x: (i + 1, jnp.tanh(x * np.float32([0.9, -0.7, 1.1]) + 0.05) * 1.2)
-        _, x = whilst.while_loop(lambda i, x: i < n, step, [0, x], gradient_memory=100)
-        return jnp.sum(x ** 2)
-    return jax.grad(loss), (np.zeros(3, np.float32), np.int32(5))
-
-
 def batched_scatter():
     """`jax.vmap` of a write at a per-lane position, outside whilst loops (whilst
     rewrites those in loop bodies, `whilst/ir/_batched_scatter.py`): a scatter with
@@ -96,7 +80,6 @@ def batched_scatter():
 
 CASES = {
     "batched_scatter": batched_scatter,
-    "budget_k1_tail": budget_k1_tail,
     "cut_gradient_0": lambda: cut_gradient(0),
     "cut_gradient_1": lambda: cut_gradient(1),
     "symbolic_batch_grad": symbolic_batch_grad,

@@ -15,10 +15,10 @@ The tail tests `cond` once more where the head stopped, so it takes no step
 when the loop ended within the head. Its gradient runs first, then the head's.
 `head_rows` and `K` share the budget: K copies of the carry take at most a
 quarter of it (2 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest; a
-head of fewer than 2 steps is left out. (Both minimums also avoid IREE 3.13
-failures: stacks of one row crash iree-compile, and a K=1 tail after a head
-fails with "'scf.while' op ... region branch point has 18 operands, but region
-successor needs 20"; `bench/iree_limits/reproduce.py budget_k1_tail`.)
+head of fewer than 2 steps is left out (stacks of one row crash iree-compile
+3.13: `bench/iree_limits/reproduce.py cut_gradient_1`). A K=1 tail after a head
+also failed in iree-compile once; it compiles and runs since the gradient While
+carries its plan, so the minimum of 2 checkpoints is a choice, not a need.
 """
 from __future__ import annotations
 
