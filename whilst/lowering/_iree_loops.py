@@ -13,7 +13,7 @@ the loop's initial carries, and a function that returns such a value fails on
 every call ("ref is null ... hal.buffer_view.create"; e.g. `jax.value_and_grad`
 with two `argnums` returns the loss, computed before the gradient While).
 `results_after_loops` returns each such value through a copy made after the
-loops (`bench/iree_limits/reproduce.py value_and_grad_two_argnums`).
+loops (`bench/iree_limits/result_packed_with_loop_init.mlir`).
 """
 from __future__ import annotations
 
@@ -38,7 +38,10 @@ def distinct_loop_inits(module) -> None:
 
 def results_after_loops(module) -> None:
     """In each function with top-level `stablehlo.while` loops, return every result
-    computed before the last of them through its own copy, made after it."""
+    of static shape computed before the last of them through its own copy, made
+    after it (`_iree_dims.results_with_own_dims` copies the others)."""
+    from iree.compiler import ir
+
     for func in ops_where(module, lambda op: op.name == "func.func"):
         if not func.regions[0].blocks:
             continue
@@ -49,7 +52,7 @@ def results_after_loops(module) -> None:
         before_last_loop = {result for op in ops[:loops[-1]] for result in op.results}
         ret = ops[-1].operation
         for index, value in enumerate(ret.operands):
-            if value in before_last_loop:
+            if value in before_last_loop and ir.RankedTensorType(value.type).has_static_shape:
                 ret.operands[index] = _opaque_copy(value, ret)
 
 
