@@ -72,10 +72,6 @@ def test_vmapped_loop_runs_at_each_batch_size(grow_module, b):
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=whilst.lowering.CompileError, reason=(
-    "iree-compile 3.13: 'scf.while' region branch point has N operands, but region successor "
-    "needs M, although every dimension is the argument's (bench/iree_limits/reproduce.py "
-    "symbolic_batch_newton)"))
 def test_vmapped_pytree_loop_with_reduction_test_runs_at_each_batch_size():
     module = whilst.compile(jax.vmap(newton_sqrt), spec(), cache=False).load()
     for b in SIZES:

@@ -51,22 +51,6 @@ def symbolic_batch_grad():
     return jax.grad(lambda xs, ls: jnp.sum(fwd(xs, ls)[1] ** 2)), (spec, spec)
 
 
-def symbolic_batch_newton():
-    """A vmapped Newton iteration over a symbolic batch, carrying x and its residual
-    (both `f32[b]`, x starting as the argument): iree-compile fails with "'scf.while'
-    op ... region branch point has 10 operands, but region successor needs 12" even
-    after preparation derives every dimension from the argument's."""
-    def newton_sqrt(a):
-        def body(i, s):
-            x, _ = s
-            x = 0.5 * (x + a / x)
-            return i + 1, (x, jnp.abs(x * x - a))
-        return whilst.while_loop(lambda i, s: s[1] > 1e-4 * a, body,
-                                 [0, (a, jnp.abs(a * a - a))], maximum_iterations=50)
-    (b,) = jax_export.symbolic_shape("b")
-    return jax.vmap(newton_sqrt), (jax.ShapeDtypeStruct((b,), np.float32),)
-
-
 def batched_scatter():
     """`jax.vmap` of a write at a per-lane position, outside whilst loops (whilst
     rewrites those in loop bodies, `whilst/ir/_batched_scatter.py`): a scatter with
@@ -83,7 +67,6 @@ CASES = {
     "cut_gradient_0": lambda: cut_gradient(0),
     "cut_gradient_1": lambda: cut_gradient(1),
     "symbolic_batch_grad": symbolic_batch_grad,
-    "symbolic_batch_newton": symbolic_batch_newton,
 }
 
 
