@@ -2,6 +2,9 @@
 the factors follow `unroll_factor`'s measure, and on IREE the loops give the
 answers of a plain numpy loop and gradients of `jax.grad` of the Python-unrolled
 program, for scan lengths that the factor divides and that it does not."""
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,9 @@ from jax import lax
 
 import whilst
 from whilst.ir._unroll import MAX_SCAN_UNROLL, unrolled_scans
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
+from newton import tridiagonal_solve  # noqa: E402  (two scans, as in the Newton sample)
 
 
 def scan_unrolls(closed):
@@ -55,27 +61,11 @@ def test_scans_in_a_body_get_factors_by_size_and_user_factors_stay():
     assert unrolled_scans(plain) is plain
 
 
-def thomas(off, diag, rhs, reverse_sweep=False):
-    """A tridiagonal solve by two scans (as the Newton sample): one carry-and-ys
-    scan forwards, one backwards."""
-    def sweep(carry, row):
-        c_prev, d_prev = carry
-        b, d = row
-        m = b - off * c_prev
-        c, d = off / m, (d - off * d_prev) / m
-        return (c, d), (c, d)
-
-    _, (c, d) = lax.scan(sweep, (jnp.zeros(()), jnp.zeros(())), (diag, rhs))
-    _, x = lax.scan(lambda x_next, row: (row[1] - row[0] * x_next,) * 2, jnp.zeros(()),
-                    (c, d), reverse=True)
-    return x
-
-
 def relax(u, theta, steps):
     """`steps` relaxation sweeps u <- u - T^-1 (u - theta), T tridiagonal."""
     def body(k, u):
         diag = 4.0 + theta[0] * jnp.cos(u)
-        return k + 1, u - 0.5 * thomas(-1.0, diag, u - theta[1] * jnp.sin(u))
+        return k + 1, u - 0.5 * tridiagonal_solve(-1.0, diag, u - theta[1] * jnp.sin(u))
     return whilst.while_loop(lambda k, u: k < steps, body, [0, u], maximum_iterations=6,
                              name="relax")[1]
 
@@ -107,7 +97,7 @@ def relax_loss_unrolled(u, theta, steps):
     """`relax_loss` with the while loop unrolled by Python (no whilst)."""
     for _ in range(steps):
         diag = 4.0 + theta[0] * jnp.cos(u)
-        u = u - 0.5 * thomas(-1.0, diag, u - theta[1] * jnp.sin(u))
+        u = u - 0.5 * tridiagonal_solve(-1.0, diag, u - theta[1] * jnp.sin(u))
     return jnp.sum(u ** 2)
 
 
