@@ -61,17 +61,7 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     if cond_jaxpr.effects or body_jaxpr.effects:
         return 1
     cond_jaxpr, body_jaxpr = onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
-    if any(_indexes_at_computed_position(j.jaxpr) for j in (cond_jaxpr, body_jaxpr)):
-        return 1
-    if not all(is_constant_shape(v.aval.shape) for j in (cond_jaxpr, body_jaxpr)
-               for v in _all_vars(j.jaxpr)):
-        return 1  # symbolic shapes: sizes unknown
-    if any(nbytes(a) > LARGE_CARRY_BYTES for a in body_jaxpr.out_avals):
-        return 1
-    work = _work(body_jaxpr.jaxpr) + _work(cond_jaxpr.jaxpr)
-    equations = _equations(body_jaxpr.jaxpr) + _equations(cond_jaxpr.jaxpr)
-    return max(1, min(MAX_UNROLL, WORK_PER_ITERATION // max(work, 1),
-                      MAX_UNROLLED_EQUATIONS // max(equations, 1)))
+    return _fitting_steps(body_jaxpr.jaxpr, [cond_jaxpr.jaxpr], MAX_UNROLL)
 
 
 def unrolled_scans(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -87,14 +77,22 @@ def scan_unroll_factor(eqn) -> int:
     `unroll_factor` chooses for a whilst loop, but at most MAX_SCAN_UNROLL (and the
     scan's length)."""
     (body,) = jaxprs_in_params({"jaxpr": eqn.params["jaxpr"]})
-    if (body.effects or _indexes_at_computed_position(body)
-            or not all(is_constant_shape(v.aval.shape) for v in _all_vars(body))
-            or any(nbytes(v.aval) > LARGE_CARRY_BYTES for v in body.outvars)):
+    return _fitting_steps(body, [], min(eqn.params["length"], MAX_SCAN_UNROLL))
+
+
+def _fitting_steps(body: Jaxpr, others: list, most: int) -> int:
+    """How many steps of `body` (and of the `others` run with it, a cond) fit one
+    emitted iteration, at most `most` (see `unroll_factor`): 1 with effects, an
+    index at a computed position, symbolic shapes or a carry over LARGE_CARRY_BYTES."""
+    jaxprs = [body, *others]
+    if any(j.effects or _indexes_at_computed_position(j) for j in jaxprs):
         return 1
-    work, equations = _work(body), _equations(body)
-    if work >= WORK_PER_ITERATION:
-        return 1  # a nested loop, or a step big enough on its own
-    return max(1, min(eqn.params["length"], MAX_SCAN_UNROLL, WORK_PER_ITERATION // max(work, 1),
+    if not all(is_constant_shape(v.aval.shape) for j in jaxprs for v in _all_vars(j)):
+        return 1  # symbolic shapes: sizes unknown
+    if any(nbytes(v.aval) > LARGE_CARRY_BYTES for v in body.outvars):
+        return 1
+    work, equations = sum(map(_work, jaxprs)), sum(map(_equations, jaxprs))
+    return max(1, min(most, WORK_PER_ITERATION // max(work, 1),
                       MAX_UNROLLED_EQUATIONS // max(equations, 1)))
 
 
