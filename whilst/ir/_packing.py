@@ -24,6 +24,7 @@ empty rows and a dtype's only small row are left as they are.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from jax import lax
@@ -60,7 +61,7 @@ class RowPacking:
         groups += [group for group, _ in open_groups.values()]
         return cls(tuple(row_avals), tuple(tuple(g) for g in groups if len(g) > 1))
 
-    @property
+    @functools.cached_property
     def _packed(self) -> frozenset:
         return frozenset(j for g in self.groups for j in g)
 

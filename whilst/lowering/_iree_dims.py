@@ -18,7 +18,7 @@ when two results of a function have the same argument's dimension.
 `identity + r`, the identity broadcast to `r`'s shape read as i32 (the
 operand IREE takes the result's dimensions from): the same values, with
 dimensions IREE does not identify with the argument's.
-(`bench/iree_limits/reproduce.py symbolic_batch_forward` without these.)
+(Without these, `tests/test_iree_symbolic.py`'s forward loops fail in iree-compile.)
 """
 from __future__ import annotations
 
