@@ -528,10 +528,7 @@ CHECKPOINT = [
 ]
 
 GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
-REPRO = "bench/iree_limits/reproduce.py"
 XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the module)
-    "grad_cut_at_0": f"iree-compile segfaults (residual stacks of 0 rows); {REPRO} cut_gradient_0",
-    "grad_cut_at_1": f"iree-compile segfaults (residual stacks of 1 row); {REPRO} cut_gradient_1",
     # Reproduced by the case itself (whilst.compile of case.fn):
     "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage",
 }

@@ -20,15 +20,6 @@ import whilst
 from whilst.lowering import CompileError, compile_text, prepare
 
 
-def cut_gradient(n):
-    """Gradient of a loop bounded by maximum_iterations = n: iree-compile
-    segfaults for n = 0 and n = 1 (residual stacks of 0 or 1 rows)."""
-    def f(x):
-        return whilst.while_loop(lambda i, x: True, lambda i, x: (i + 1, x * 1.1 + jnp.sin(x)),
-                                 [0, x], maximum_iterations=n)[1]
-    return jax.grad(f), (np.float32(0.5),)
-
-
 def symbolic_batch_grad():
     """jax.grad of a loss of a vmapped loop over a symbolic batch `b` (whilst.compile
     refuses it, see `whilst.lowering._iree_dims.symbolic_stack_loops`; here the
@@ -64,8 +55,6 @@ def batched_scatter():
 
 CASES = {
     "batched_scatter": batched_scatter,
-    "cut_gradient_0": lambda: cut_gradient(0),
-    "cut_gradient_1": lambda: cut_gradient(1),
     "symbolic_batch_grad": symbolic_batch_grad,
 }
 

@@ -15,10 +15,9 @@ The tail tests `cond` once more where the head stopped, so it takes no step
 when the loop ended within the head. Its gradient runs first, then the head's.
 `head_rows` and `K` share the budget: K copies of the carry take at most a
 quarter of it (2 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest; a
-head of fewer than 2 steps is left out (stacks of one row crash iree-compile
-3.13: `bench/iree_limits/reproduce.py cut_gradient_1`). A K=1 tail after a head
-also failed in iree-compile once; it compiles and runs since the gradient While
-carries its plan, so the minimum of 2 checkpoints is a choice, not a need.
+head of fewer than 2 steps is left out (a loop of its own for one stored step
+does not pay). Both minimums are choices: stacks of any bound and K=1 tails
+compile and run on IREE.
 """
 from __future__ import annotations
 

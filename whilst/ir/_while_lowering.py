@@ -85,7 +85,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     if pops:
         k = min(k, pop_pad + 1)  # chunk reads must not start below row 0
     while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
-        k -= 1  # the last chunk of pushes must fit the stacks
+        k -= 1  # the last chunk of pushes must fit the stacks, and be less than them
     i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
     i1 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.bool_))
     stack_avals = ctx.avals_out[1 + ncarry:]
@@ -163,7 +163,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # on the loop ("'scf.while' op ... region branch point has 6 operands,
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
-            # (bench/iree_limits/reproduce.py unread_loop_predicate).
+            # (bench/iree_limits/unread_loop_predicate.mlir).
             pred = hlo.and_(predicate(new_i, xs), body_block.arguments[1])
             if k > 1:
                 full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
