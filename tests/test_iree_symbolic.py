@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import whilst
-from whilst.lowering import CompileError
 
 SIZES = (1, 3, 8)
 (B,) = jax.export.symbolic_shape("b")
@@ -83,7 +82,76 @@ def test_vmapped_pytree_loop_with_reduction_test_runs_at_each_batch_size():
         np.testing.assert_allclose(root, np.sqrt(values), rtol=1e-4)
 
 
-def test_gradient_over_symbolic_batch_is_refused_before_iree():
-    loss = jax.grad(lambda xs, ls: jnp.sum(jax.vmap(grow)(xs, ls)[1] ** 2))
-    with pytest.raises(CompileError, match=r"residual rows with symbolic dimensions.*IREE 3.13"):
-        whilst.compile(loss, spec(), spec(), cache=False)
+def grow_grad_oracle(xs, limits, bound):
+    """d/dx of sum(x_final ** 2) per example: x_final = 1.5**n x + c, so 2 x_final 1.5**n."""
+    grads = []
+    for x, limit in zip(xs, limits):
+        i, y = 0, np.float32(x)
+        while (bound is None or i < bound) and y < limit:
+            y, i = np.float32(y * np.float32(1.5) + np.float32(0.1)), i + 1
+        grads.append(2.0 * np.float64(y) * 1.5 ** i)
+    return np.array(grads)
+
+
+@pytest.mark.parametrize("bound", [20, None], ids=["stored", "checkpointed"])
+def test_gradient_of_vmapped_loop_at_each_batch_size(bound):
+    """Reverse mode over a symbolic batch: residual rows (bounded loop) or checkpointed
+    carries (unbounded loop) of symbolic shape are pushed and read back."""
+    def loss(xs, limits):
+        def one(x, limit):
+            return whilst.while_loop(lambda i, x: x < limit, lambda i, x: (i + 1, x * 1.5 + 0.1),
+                                     [0, x], maximum_iterations=bound)[1]
+        return jnp.sum(jax.vmap(one)(xs, limits) ** 2)
+    module = whilst.compile(jax.grad(loss), spec(), spec(), cache=False).load()
+    for b in SIZES:
+        xs = np.linspace(0.1, 2.0, b).astype(np.float32)
+        limits = np.linspace(5.0, 1.0, b).astype(np.float32)
+        np.testing.assert_allclose(module(xs, limits), grow_grad_oracle(xs, limits, bound),
+                                   rtol=1e-5)
+
+
+def newton_unrolled(a, steps):
+    x = a
+    for _ in range(steps):
+        x = 0.5 * (x + a / x)
+    return x
+
+
+def test_gradient_of_vmapped_pytree_loop_at_each_batch_size():
+    grad = jax.grad(lambda values: jnp.sum(jax.vmap(newton_sqrt)(values)[1][0]))
+    module = whilst.compile(grad, spec(), cache=False).load()
+    for b in SIZES:
+        values = np.geomspace(0.5, 900.0, b).astype(np.float32)
+        counts, _ = newton_oracle(values)
+        want = [jax.grad(newton_unrolled)(a, int(n)) for a, n in zip(values, counts)]
+        np.testing.assert_allclose(module(values), want, rtol=1e-5)
+
+
+def test_gradient_of_loop_over_symbolic_length_at_each_size():
+    """Not vmapped: the carry itself has the symbolic length, and so has every
+    residual row the loop owns."""
+    def step(y):
+        return y * 1.25 + 0.1 * jnp.sin(y)
+
+    def loss(x, limit):
+        _, y = whilst.while_loop(lambda i, y: jnp.sum(y * y) < limit,
+                                 lambda i, y: (i + 1, step(y)), [0, x], maximum_iterations=40)
+        return jnp.sum(y ** 3)
+
+    module = whilst.compile(jax.grad(loss), spec(), jax.ShapeDtypeStruct((), np.float32),
+                            cache=False).load()
+    counts = set()
+    for b in SIZES:
+        x = np.linspace(0.2, 1.0, b).astype(np.float32)
+        limit = np.float32(10.0)
+        y, n = x, 0
+        while n < 40 and np.sum(y * y) < limit:
+            y, n = np.float32(1.25) * y + np.float32(0.1) * np.sin(y), n + 1
+        counts.add(n)
+
+        def unrolled(x, n=n):
+            for _ in range(n):
+                x = step(x)
+            return jnp.sum(x ** 3)
+        np.testing.assert_allclose(module(x, limit), jax.grad(unrolled)(x), rtol=1e-5)
+    assert len(counts) == len(SIZES)  # a different trip count at each size

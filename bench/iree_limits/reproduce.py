@@ -20,28 +20,6 @@ import whilst
 from whilst.lowering import CompileError, compile_text, prepare
 
 
-def symbolic_batch_grad():
-    """jax.grad of a loss of a vmapped loop over a symbolic batch `b` (whilst.compile
-    refuses it, see `whilst.lowering._iree_dims.symbolic_stack_loops`; here the
-    refusal is skipped). Its residual rows are `f32[b]`-like: writing one with
-    `dynamic_update_slice` needs a rank-raising `dynamic_broadcast_in_dim`
-    ("explicitly marked illegal"); a row `scatter` passes (symbolic_row_write.py),
-    but reading a row back needs a rank-lowering `dynamic_reshape` or
-    `dynamic_gather` (both illegal), and `reduce` over a `real_dynamic_slice` of
-    the row fails in codegen ("failed to resolve workgroup count hint in terms of
-    workload ordinals")."""
-    from whilst.lowering import _iree
-    _iree._refuse_symbolic_stacks = lambda module, name: None
-
-    def step_loop(x, limit):
-        return whilst.while_loop(lambda i, x: x < limit, lambda i, x: (i + 1, x * 1.5 + 0.1),
-                                 [0, x], maximum_iterations=20)
-    fwd = jax.vmap(step_loop)
-    (b,) = jax_export.symbolic_shape("b")
-    spec = jax.ShapeDtypeStruct((b,), np.float32)
-    return jax.grad(lambda xs, ls: jnp.sum(fwd(xs, ls)[1] ** 2)), (spec, spec)
-
-
 def batched_scatter():
     """`jax.vmap` of a write at a per-lane position, outside whilst loops (whilst
     rewrites those in loop bodies, `whilst/ir/_batched_scatter.py`): a scatter with
@@ -55,7 +33,6 @@ def batched_scatter():
 
 CASES = {
     "batched_scatter": batched_scatter,
-    "symbolic_batch_grad": symbolic_batch_grad,
 }
 
 

@@ -1,14 +1,15 @@
 """Rewriting chosen equations of a closed jaxpr by evaluating it on a new trace.
 
-The export-time rewrites of loop bodies (`_onehot.py`, `_batched_scatter.py`)
-share this evaluator::
+The export-time rewrites (`_onehot.py`, `_batched_scatter.py`,
+`_symbolic_indexing.py`) share this evaluator::
 
     def rewrite_equations(jaxpr, rule, name):
         for eqn in jaxpr (calls to jit and custom_jvp functions in line):
             f = rule(eqn)
             outs = f(*inputs, **eqn.params) if f else eqn.primitive.bind(*inputs, ...)
 
-Ops inside other control flow (cond, scan, while) stay as they are.
+Ops inside other control flow (cond, scan, while) stay as they are, unless a rule
+rewrites the control flow op itself (`_symbolic_indexing.py` does for `cond`).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
 
 def rewrite_equations(jaxpr: ClosedJaxpr, rule: Callable, name: str) -> ClosedJaxpr:
     """`jaxpr` with each equation `eqn` for which `rule(eqn)` returns a function
-    `f` computed as `f(*inputs, **eqn.params)` (one result), the `INLINED` calls
-    evaluated in line; the same jaxpr object when `rule` picks no equation."""
+    `f` computed as `f(*inputs, **eqn.params)` (its results as the primitive's),
+    the `INLINED` calls evaluated in line; the same jaxpr object when `rule` picks
+    no equation."""
     if not _rewritable(jaxpr.jaxpr, rule):
         return jaxpr
     return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, rule, *args),
@@ -64,7 +66,8 @@ def _eval(jaxpr, consts, rule, *args):
         rewritten = rule(eqn)
         sub = INLINED.get(eqn.primitive.name)
         if rewritten is not None:
-            outs = [rewritten(*invals, **eqn.params)]
+            outs = rewritten(*invals, **eqn.params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
         elif sub in eqn.params:
             inner = eqn.params[sub]
             outs = _eval(_open(inner), getattr(inner, "consts", ()), rule, *invals)

@@ -34,7 +34,8 @@ Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
 k steps push are concatenated into one `[k, *row]` chunk written with one
 `dynamic_update_slice` at `row_offset + i`, and the rows they pop are static
 slices of one chunk read at `top - i - (k-1)`. Rows of inactive steps land past
-the loop's last row, where nothing reads them.
+the loop's last row, where nothing reads them. Rows of symbolic shape move one
+by one, in the forms of `_symbolic_indexing.py` (a scatter or gather each).
 
 A cond that reads the carry is evaluated at the end of the body and carried as
 a boolean (the cond region only returns it): IREE 3.13 crashes
@@ -58,6 +59,9 @@ from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing
 from whilst.ir._stacks import pushed_rows, split_pops
+from whilst.ir._symbolic_indexing import (
+    has_symbolic_rows, read_row, symbolic_indexing, write_row)
+from whilst.ir._tracing import COUNTER_AVAL
 from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
@@ -135,10 +139,10 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         old_xs = xs
         # Popped rows top - i - s for s in range(k): one chunk, read backwards.
         start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
-        chunks = [_rows_chunk(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
+        popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
 
         def rows_in(s):
-            return [_chunk_row(ctx, c, a, k - 1 - s) for c, a in zip(chunks, pop_avals)]
+            return [rows[k - 1 - s] for rows in popped_rows]
         xs, rows = step(i, xs, rows_in(0))
         pushed = [[r] for r in rows]
         steps = const(1)
@@ -153,8 +157,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                 steps = hlo.add(steps, hlo.convert(i32, active))
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         at = hlo.add(i, const(row_offset))
-        stacks = [_write_chunk(ctx, st, a, rs, at) for st, a, rs in zip(stacks, stack_avals,
-                                                                         pushed)]
+        stacks = [_write_rows(ctx, st, a, rs, at)
+                  for st, a, rs in zip(stacks, stack_avals, pushed)]
         new_i = hlo.add(i, const(k))
         extra = []
         if rotated:
@@ -187,12 +191,13 @@ def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
     Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), give
     vmapped scatters explicit batch indices (`_batched_scatter.py`, the form
-    IREE 3.13 accepts), and those that run k > 1 steps read and write small
+    IREE 3.13 accepts), index over symbolic dims in the forms IREE 3.13 accepts
+    (`_symbolic_indexing.py`), and those that run k > 1 steps read and write small
     arrays at computed positions by one-hot selects (`_onehot.py`), which IREE
     3.13 compiles unrolled."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
-    cond_jaxpr, body_jaxpr = (explicit_batch_indices(unrolled_scans(j))
+    cond_jaxpr, body_jaxpr = (symbolic_indexing(explicit_batch_indices(unrolled_scans(j)))
                               for j in (cond_jaxpr, body_jaxpr))
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:
@@ -205,31 +210,42 @@ def _row_start(ctx, row, ndim):
     return [row, *[zero] * (ndim - 1)]
 
 
-def _rows_chunk(ctx, stack, stack_aval, start, k):
-    """`stack[start:start + k]`."""
-    aval = stack_aval.update(shape=(k, *stack_aval.shape[1:]))
-    return dynamic_slice(ctx, aval, stack,
-                              start_indices=_row_start(ctx, start, stack_aval.ndim))
-
-
-def _chunk_row(ctx, chunk, stack_aval, s):
-    """`chunk[s]` (a static slice)."""
+def _read_rows(ctx, stack, stack_aval, start, k):
+    """`[stack[start + s] for s in range(k)]`: static slices of one k-row
+    `dynamic_slice`, or one gather per row for rows of symbolic shape."""
     row_aval = stack_aval.update(shape=stack_aval.shape[1:])
+    if has_symbolic_rows(stack_aval.shape):
+        read = mlir.lower_fun(read_row, multiple_results=False)
+        rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL], avals_out=[row_aval])
+        return [read(rows_ctx, stack, hlo.add(start, mlir.ir_constant(np.int32(s))))[0]
+                for s in range(k)]
+    chunk_aval = stack_aval.update(shape=(k, *stack_aval.shape[1:]))
+    chunk = dynamic_slice(ctx, chunk_aval, stack,
+                          start_indices=_row_start(ctx, start, stack_aval.ndim))
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     zeros = [0] * (stack_aval.ndim - 1)
-    one = slice_op(ctx, chunk, one_aval, start_indices=[s, *zeros],
-                        limit_indices=[s + 1, *stack_aval.shape[1:]],
-                        strides=[1] * stack_aval.ndim)
-    return reshape(ctx, one, row_aval)
+    return [reshape(ctx, slice_op(ctx, chunk, one_aval, start_indices=[s, *zeros],
+                                  limit_indices=[s + 1, *stack_aval.shape[1:]],
+                                  strides=[1] * stack_aval.ndim), row_aval)
+            for s in range(k)]
 
 
-def _write_chunk(ctx, stack, stack_aval, rows, at):
-    """`stack[at:at + len(rows)] = rows`, one `dynamic_update_slice`."""
+def _write_rows(ctx, stack, stack_aval, rows, at):
+    """`stack[at:at + len(rows)] = rows`: one `dynamic_update_slice`, or one scatter
+    per row for rows of symbolic shape."""
+    row_aval = stack_aval.update(shape=stack_aval.shape[1:])
+    if has_symbolic_rows(stack_aval.shape):
+        write = mlir.lower_fun(write_row, multiple_results=False)
+        rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL, row_aval],
+                               avals_out=[stack_aval])
+        for s, r in enumerate(rows):
+            (stack,) = write(rows_ctx, stack, hlo.add(at, mlir.ir_constant(np.int32(s))), r)
+        return stack
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     rows = [reshape(ctx, r, one_aval) for r in rows]
     chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
     return dynamic_update_slice(ctx, stack_aval, stack, chunk,
-                                     start_indices=_row_start(ctx, at, stack_aval.ndim))
+                                start_indices=_row_start(ctx, at, stack_aval.ndim))
 
 
 def _broadcast(pred, like_type):

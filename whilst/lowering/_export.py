@@ -6,7 +6,10 @@ import inspect
 
 import jax
 import numpy as np
+from jax.extend.core import jaxpr_as_fun
 
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._symbolic_indexing import symbolic_indexing
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -63,7 +66,7 @@ def export(fn, *example_args, name: str = "main") -> Exported:
     specs = jax.tree_util.tree_map(
         lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
-    exp = jax.export.export(jax.jit(fn, keep_unused=True))(*specs)
+    exp = jax.export.export(jax.jit(_in_iree_forms(fn, specs), keep_unused=True))(*specs)
     args_tree = jax.tree_util.tree_structure(tuple(specs))
     signature = {
         "name": name,
@@ -77,6 +80,24 @@ def export(fn, *example_args, name: str = "main") -> Exported:
         signature["arg_names"] = names
     return Exported(name=name, serialized=bytes(exp.mlir_module_serialized),
                     text=exp.mlir_module(), signature=signature, exported=exp)
+
+
+def _in_iree_forms(fn, specs):
+    """`fn`, or where its ops outside whilst loops need them (loop bodies get theirs
+    when lowered, `whilst.ir._while_lowering`), an equivalent function with the
+    forms IREE compiles: indexing over symbolic dims (`_symbolic_indexing.py`)."""
+    if all(is_constant_shape(s.shape) for s in jax.tree_util.tree_leaves(specs)):
+        return fn
+    closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*specs)
+    rewritten = symbolic_indexing(closed)
+    if rewritten is closed:
+        return fn
+    out_tree = jax.tree_util.tree_structure(out_shapes)
+
+    def in_iree_forms(*args):
+        return jax.tree_util.tree_unflatten(
+            out_tree, jaxpr_as_fun(rewritten)(*jax.tree_util.tree_leaves(args)))
+    return in_iree_forms
 
 
 def _arg_names(fn, nargs: int) -> list[str] | None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_dims import (
-    dims_from_arguments, has_dynamic_shapes, results_with_own_dims, symbolic_stack_loops)
+    dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import distinct_loop_inits, results_after_loops
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
@@ -50,10 +50,6 @@ def prepare(exports, targets=None) -> str:
     """Merge `Exported` functions into one module text ready for iree-compile.
 
     `targets`, if given, is `target_metadata(...)`, stored on each function.
-
-    Raises:
-      CompileError: a function differentiates a loop over symbolic dimensions,
-        which IREE 3.13 cannot compile (`_iree_dims.symbolic_stack_loops`).
     """
     from iree.compiler import ir
 
@@ -64,8 +60,8 @@ def prepare(exports, targets=None) -> str:
             _rename_symbols(module, exp.name)
             dynamic = has_dynamic_shapes(module)
             if dynamic:
-                _refuse_symbolic_stacks(module, exp.name)
                 dims_from_arguments(module)
+                known_broadcast_dims(module)
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
@@ -81,16 +77,6 @@ def prepare(exports, targets=None) -> str:
                     op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
                 merged.body.append(op.operation)
         return merged.operation.get_asm(enable_debug_info=False)
-
-
-def _refuse_symbolic_stacks(module, name: str) -> None:
-    loops = symbolic_stack_loops(module)
-    if loops:
-        raise CompileError(
-            f"{name}: loop(s) {sorted(set(loops))} push or pop residual rows with symbolic "
-            f"dimensions (reverse mode over a symbolic batch): IREE 3.13 cannot compile "
-            f"dynamically shaped row reads and writes. Export the gradient with concrete "
-            f"shapes (one module per batch size), or compile only the forward function.")
 
 
 def _leave_uninitialized(module) -> None:

@@ -18,7 +18,10 @@ when two results of a function have the same argument's dimension.
 `identity + r`, the identity broadcast to `r`'s shape read as i32 (the
 operand IREE takes the result's dimensions from): the same values, with
 dimensions IREE does not identify with the argument's.
-(Without these, `tests/test_iree_symbolic.py`'s forward loops fail in iree-compile.)
+
+`known_broadcast_dims` tells IREE which dimensions of each
+`dynamic_broadcast_in_dim` expand, without which it rejects rank-raising ones.
+(Without these, `tests/test_iree_symbolic.py`'s loops fail in iree-compile.)
 """
 from __future__ import annotations
 
@@ -53,28 +56,6 @@ def has_dynamic_shapes(module) -> bool:
     return False
 
 
-def symbolic_stack_loops(module) -> list[str]:
-    """Names of the loops of `module` that push or pop residual rows with symbolic
-    dimensions (the forward and gradient Whiles of reverse mode), which IREE 3.13
-    cannot compile: `dynamic_update_slice` of a row needs a rank-raising
-    `dynamic_broadcast_in_dim`, and reading one back a rank-lowering
-    `dynamic_reshape` or `dynamic_gather`, all rejected, while a `real_dynamic_slice`
-    of a row fails in codegen (bench/iree_limits/reproduce.py symbolic_batch_grad)."""
-    from iree.compiler import ir
-
-    def stacked(op):
-        if op.name != "stablehlo.while":
-            return False
-        role = ir.StringAttr(op.attributes["whilst.role"]).value if (
-            "whilst.role" in op.attributes) else None
-        return role in ("gradient", "linear") or any(
-            not ir.RankedTensorType(r.type).has_static_shape and ir.RankedTensorType(r.type).rank
-            > 1 and "whilst.uninitialized" in getattr(v.owner, "attributes", {})
-            for r, v in zip(op.results, op.operands))
-    return [ir.StringAttr(op.attributes["whilst.name"]).value if "whilst.name" in op.attributes
-            else "while" for op in ops_where(module, stacked)]
-
-
 def dims_from_arguments(module) -> None:
     """Inline every call, then give each shape operand of a dynamically shaped op an
     i64 version computed from `tensor.dim` where the original read
@@ -86,6 +67,28 @@ def dims_from_arguments(module) -> None:
         for index in SHAPE_OPERANDS[op.name]:
             if index < len(op.operands):
                 op.operands[index] = _widened(op.operands[index], op)
+
+
+def known_broadcast_dims(module) -> None:
+    """Mark each operand dimension of every `dynamic_broadcast_in_dim` as expanding
+    (a size 1 spread) or not. IREE 3.13 rejects the op ("explicitly marked
+    illegal") when it cannot tell, e.g. for `f32[b] -> f32[1, b]`, the row push
+    of a vmapped loop. JAX only broadcasts a dimension to its own size or from the
+    constant 1, so a dimension is non-expanding when it is symbolic or equal to its
+    result dimension, and expanding otherwise (1 to another size)."""
+    from iree.compiler import ir
+
+    for op in ops_where(module, lambda op: op.name == "stablehlo.dynamic_broadcast_in_dim"):
+        operand = ir.RankedTensorType(op.operands[0].type)
+        result = ir.RankedTensorType(op.results[0].type)
+        targets = ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"])
+        expanding, nonexpanding = [], []
+        for axis, target in enumerate(targets):
+            same = not operand.is_static_dim(axis) or (
+                result.is_static_dim(target) and result.shape[target] == operand.shape[axis])
+            (nonexpanding if same else expanding).append(axis)
+        op.attributes["known_expanding_dimensions"] = ir.DenseI64ArrayAttr.get(expanding)
+        op.attributes["known_nonexpanding_dimensions"] = ir.DenseI64ArrayAttr.get(nonexpanding)
 
 
 def results_with_own_dims(module) -> None:

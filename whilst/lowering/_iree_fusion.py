@@ -26,6 +26,7 @@ pieces' producers::
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_dims import SHAPE_OPERANDS
 
 SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for a readback
 
@@ -80,7 +81,20 @@ def _small_stack(op) -> bool:
         return False
     axis = ir.IntegerAttr(op.attributes["dimension"]).value
     return len(op.operands) > 1 and all(
-        ir.RankedTensorType(v.type).shape[axis] == 1 for v in op.operands)
+        ir.RankedTensorType(v.type).shape[axis] == 1 for v in op.operands) and not _is_shape(
+            op.results[0])
+
+
+def _is_shape(value) -> bool:
+    """Whether `value` is only used as the shape of dynamically shaped ops: IREE
+    3.13 computes a shape built by `concatenate` on the host, but one built by
+    selects on the device, and then fails ("'stream.async.dispatch' op : streamable
+    op expected to be in an execution region"; met by the checkpoint slots `[K, b]`
+    of an unbounded loop's gradient over a symbolic batch, tests/test_iree_symbolic.py;
+    a shape built by selects before a plain loop compiles, so no smaller reproducer)."""
+    uses = list(value.uses)
+    return bool(uses) and all(use.operand_number in SHAPE_OPERANDS.get(use.owner.name, ())
+                              for use in uses)
 
 
 def _small(tensor_type) -> bool:

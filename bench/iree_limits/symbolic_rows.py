@@ -1,16 +1,20 @@
-"""Which op form IREE 3.13 (llvm-cpu) accepts for writing a symbolic-shaped row
-`x: f32[b]` into a residual stack `f32[20, b]` (the row push of a vmapped
-gradient with a symbolic batch):
+"""Which op forms IREE 3.13 (llvm-cpu) accepts for writing and reading a row of
+symbolic shape `x: f32[b]` of a residual stack `f32[20, b]` (the row push and pop
+of a vmapped gradient over a symbolic batch; whilst emits the accepted forms,
+`whilst/ir/_symbolic_indexing.py`):
 
-  * `dynamic_update_slice(stack, row[1, b], i, 0)`: REJECTED ("failed to legalize
-    operation 'stablehlo.dynamic_update_slice' that was explicitly marked illegal"),
-    whether the `1 x b` row comes from `dynamic_broadcast_in_dim` or `dynamic_reshape`
-    (both themselves rejected the same way when they raise the rank).
-  * `scatter(stack, [i], x)` with `update_window_dims = [0], inserted_window_dims = [0],
-    scatter_dims_to_operand_dims = [0]` (the row without its leading 1): ACCEPTED and
-    correct (row 3 of a 20 x 3 stack set to 7, 8, 9).
+  * write, `dynamic_update_slice(stack, row[1, b], i, 0)`: REJECTED ("failed to
+    legalize operation 'stablehlo.dynamic_update_slice' that was explicitly marked
+    illegal"), whether the `1 x b` row comes from `dynamic_broadcast_in_dim` or
+    `dynamic_reshape` (both themselves rejected the same way when they raise the
+    rank, unless the broadcast says which dims expand).
+  * write, `scatter(stack, [i], x)` with `update_window_dims = [0],
+    inserted_window_dims = [0]` (the row without its leading 1): ACCEPTED.
+  * read, `real_dynamic_slice` of the `1 x b` row, then `dynamic_reshape` to `b`
+    (what JAX emits for `stack[i]`): REJECTED (`dynamic_reshape` illegal).
+  * read, a gather of `b` single elements at `(i, iota)`: ACCEPTED.
 
-    python bench/iree_limits/symbolic_row_write.py
+    python bench/iree_limits/symbolic_rows.py
 """
 from iree.compiler import tools
 
@@ -59,6 +63,30 @@ OTHER = {
 }
 
 
+READS = {
+"real_dynamic_slice_then_dynamic_reshape": """
+    %b = stablehlo.get_dimension_size %stack, dim = 1 : (tensor<20x?xf32>) -> tensor<i32>
+    %b1 = stablehlo.reshape %b : (tensor<i32>) -> tensor<1xi32>
+    %i = stablehlo.constant dense<[3, 0]> : tensor<2xi32>
+    %one = stablehlo.constant dense<1> : tensor<1xi32>
+    %i1 = stablehlo.constant dense<4> : tensor<1xi32>
+    %end = stablehlo.concatenate %i1, %b1, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %step = stablehlo.constant dense<1> : tensor<2xi32>
+    %row = stablehlo.real_dynamic_slice %stack, %i, %end, %step : (tensor<20x?xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<1x?xf32>
+    %out = stablehlo.dynamic_reshape %row, %b1 : (tensor<1x?xf32>, tensor<1xi32>) -> tensor<?xf32>""",
+"gather_of_elements": """
+    %b = stablehlo.get_dimension_size %stack, dim = 1 : (tensor<20x?xf32>) -> tensor<i32>
+    %b1 = stablehlo.reshape %b : (tensor<i32>) -> tensor<1xi32>
+    %one = stablehlo.constant dense<1> : tensor<1xi32>
+    %shape = stablehlo.concatenate %b1, %one, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %iota = stablehlo.dynamic_iota %shape, dim = 0 : (tensor<2xi32>) -> tensor<?x1xi32>
+    %i = stablehlo.constant dense<3> : tensor<i32>
+    %ii = stablehlo.dynamic_broadcast_in_dim %i, %shape, dims = [] : (tensor<i32>, tensor<2xi32>) -> tensor<?x1xi32>
+    %idx = stablehlo.concatenate %ii, %iota, dim = 1 : (tensor<?x1xi32>, tensor<?x1xi32>) -> tensor<?x2xi32>
+    %out = "stablehlo.gather"(%stack, %idx) <{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1>, slice_sizes = array<i64: 1, 1>}> : (tensor<20x?xf32>, tensor<?x2xi32>) -> tensor<?xf32>""",
+}
+
+
 def attempt(name, text):
     try:
         tools.compile_str(text, extra_args=FLAGS)
@@ -74,6 +102,9 @@ def main():
         attempt(name + " + dynamic_update_slice", head + body + TAIL)
     for name, body in OTHER.items():
         attempt(name, head + body + "\n    return %out : tensor<20x?xf32>\n  }\n}")
+    for name, body in READS.items():
+        attempt("read: " + name, "module {\n  func.func @main(%stack: tensor<20x?xf32>) -> "
+                "tensor<?xf32> {" + body + "\n    return %out : tensor<?xf32>\n  }\n}")
 
 
 if __name__ == "__main__":
