@@ -25,6 +25,8 @@ PROGRAMS = {  # name -> (fn(x: f32[5, b, 2], i: i32[]), also the IREE part)
     "dynamic_slice_two_rows": lambda x, i: lax.dynamic_slice(x, (i, 0, 1), (2, x.shape[1], 1)),
     "index_row": lambda x, i: x[i],
     "index_row_then_column": lambda x, i: x[i][:, 1],
+    "index_rows": lambda x, i: x[jnp.stack([i, i + 1, 0])],            # batch dims first
+    "index_columns": lambda x, i: x[:, :, jnp.stack([i % 2, 1 - i % 2])],  # batch dims last
     "squeeze": lambda x, i: lax.squeeze(lax.dynamic_slice_in_dim(x, i, 1, 0), (0,)),
     "reshape_unit_dims": lambda x, i: jnp.reshape(x[i], (1, x.shape[1], 1, 2)),
     "update_row": lambda x, i: lax.dynamic_update_index_in_dim(x, x[0] * 2.0, i, 0),

@@ -26,6 +26,7 @@ from jax.extend.core import ClosedJaxpr
 from jax.extend.core.primitives import cond_p
 
 from whilst._jax_compat import is_constant_shape
+from whilst.ir._index_bounds import clip_index
 from whilst.ir._rewrite import rewrite_equations
 
 GatherScatterMode = lax.GatherScatterMode
@@ -117,8 +118,9 @@ def _dynamic_slice(operand, *starts, slice_sizes):
     dims = lax.GatherDimensionNumbers(offset_dims=tuple(range(operand.ndim)),
                                       collapsed_slice_dims=(), start_index_map=tuple(
                                           range(operand.ndim)))
-    starts = lax.concatenate([_as_index(s) for s in starts], 0)
-    return point_gather(operand, starts, dims, slice_sizes, GatherScatterMode.CLIP)
+    starts = lax.concatenate([clip_index(_as_index(s), n - size) for s, n, size in
+                              zip(starts, operand.shape, slice_sizes)], 0)
+    return point_gather(operand, starts, dims, slice_sizes, GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
 def _squeeze(operand, *, dimensions):
@@ -164,8 +166,7 @@ def _dynamic_update_slice(operand, update, *starts):
     grid = tuple(update.shape[d] for d in indexed)
     columns = []
     for j, d in enumerate(indexed):
-        limit = lax.convert_element_type(operand.shape[d] - update.shape[d], np.int32)
-        start = lax.clamp(np.int32(0), lax.convert_element_type(starts[d], np.int32), limit)
+        start = clip_index(starts[d], operand.shape[d] - update.shape[d])
         columns.append(start + lax.broadcasted_iota(np.int32, (*grid, 1), j))
     dims = lax.ScatterDimensionNumbers(
         update_window_dims=tuple(range(len(indexed), operand.ndim)),

@@ -54,13 +54,12 @@ from jax.interpreters import mlir, partial_eval as pe
 
 from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
-from whilst.ir._batched_scatter import explicit_batch_indices
+from whilst.ir._export_forms import export_forms
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing
 from whilst.ir._stacks import pushed_rows, split_pops
-from whilst.ir._symbolic_indexing import (
-    has_symbolic_rows, read_row, symbolic_indexing, write_row)
+from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
 from whilst.ir._tracing import COUNTER_AVAL
 from whilst.ir._unroll import unroll_factor, unrolled_scans
 
@@ -190,15 +189,13 @@ def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     if given; otherwise automatic when exporting (for IREE, which pays per
     iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
     Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), give
-    vmapped scatters explicit batch indices (`_batched_scatter.py`, the form
-    IREE 3.13 accepts), index over symbolic dims in the forms IREE 3.13 accepts
-    (`_symbolic_indexing.py`), and those that run k > 1 steps read and write small
+    take the forms IREE 3.13 compiles and runs as XLA does (`export_forms`), and
+    those that run k > 1 steps read and write small
     arrays at computed positions by one-hot selects (`_onehot.py`), which IREE
     3.13 compiles unrolled."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
-    cond_jaxpr, body_jaxpr = (symbolic_indexing(explicit_batch_indices(unrolled_scans(j)))
-                              for j in (cond_jaxpr, body_jaxpr))
+    cond_jaxpr, body_jaxpr = (export_forms(unrolled_scans(j)) for j in (cond_jaxpr, body_jaxpr))
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:
         return cond_jaxpr, body_jaxpr, 1

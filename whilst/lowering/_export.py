@@ -8,8 +8,7 @@ import jax
 import numpy as np
 from jax.extend.core import jaxpr_as_fun
 
-from whilst._jax_compat import is_constant_shape
-from whilst.ir._symbolic_indexing import symbolic_indexing
+from whilst.ir._export_forms import export_forms
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -84,12 +83,10 @@ def export(fn, *example_args, name: str = "main") -> Exported:
 
 def _in_iree_forms(fn, specs):
     """`fn`, or where its ops outside whilst loops need them (loop bodies get theirs
-    when lowered, `whilst.ir._while_lowering`), an equivalent function with the
-    forms IREE compiles: indexing over symbolic dims (`_symbolic_indexing.py`)."""
-    if all(is_constant_shape(s.shape) for s in jax.tree_util.tree_leaves(specs)):
-        return fn
+    when lowered, `whilst.ir._while_lowering`), an equivalent function in the forms
+    IREE compiles and runs as XLA does (`whilst.ir._export_forms`)."""
     closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*specs)
-    rewritten = symbolic_indexing(closed)
+    rewritten = export_forms(closed)
     if rewritten is closed:
         return fn
     out_tree = jax.tree_util.tree_structure(out_shapes)

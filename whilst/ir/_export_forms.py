@@ -1,0 +1,23 @@
+"""The jaxpr rewrites every exported function and loop body gets: forms that IREE
+3.13 compiles and runs with XLA's results (each module says which limitation it
+works around)::
+
+    export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(jaxpr)))
+
+Batched scatters first get explicit batch indices, out-of-bounds indices are then
+made explicit (so that a gather's clamping survives the next rewrite), and
+indexing over symbolic dims last. Each returns its input object when it changes
+nothing, and so does `export_forms`.
+"""
+from __future__ import annotations
+
+from jax.extend.core import ClosedJaxpr
+
+from whilst.ir._batched_scatter import explicit_batch_indices
+from whilst.ir._index_bounds import in_bounds_indexing
+from whilst.ir._symbolic_indexing import symbolic_indexing
+
+
+def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
+    """`jaxpr` in the forms of the module docstring."""
+    return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(jaxpr)))
