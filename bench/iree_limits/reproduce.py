@@ -20,19 +20,22 @@ import whilst
 from whilst.lowering import CompileError, compile_text, prepare
 
 
-def batched_scatter():
-    """`jax.vmap` of a write at a per-lane position, outside whilst loops (whilst
-    rewrites those in loop bodies, `whilst/ir/_batched_scatter.py`): a scatter with
-    batching dimensions, which iree-compile rejects with "'iree_linalg_ext.scatter'
-    op expected indices to be equal to batch rank or batch rank + 1"."""
-    def write(buf, k, x):
-        return lax.dynamic_update_index_in_dim(buf, x, k, 0)
-    return jax.vmap(write), (np.zeros((4, 3, 5), np.float32), np.array([0, 2, 1, 2], np.int32),
-                             np.ones((4, 5), np.float32))
+def wide_window_scatter():
+    """A scatter-add of 2 x 2 windows at computed positions (`lax.scatter_add` with
+    the indexed dims as windows wider than 1; `x.at[...]` never emits it):
+    iree-compile rejects it with "'iree_linalg_ext.scatter' op expected indices to
+    be equal to batch rank or batch rank + 1", which scatters pass only with every
+    indexed dim inserted (a window of 1)."""
+    dims = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
+                                      scatter_dims_to_operand_dims=(0, 1))
+
+    def add(x, starts):
+        return lax.scatter_add(x, starts, jnp.ones((2, 2, 2), x.dtype), dims)
+    return add, (np.zeros((5, 3), np.float32), np.array([[0, 1], [2, 0]], np.int32))
 
 
 CASES = {
-    "batched_scatter": batched_scatter,
+    "wide_window_scatter": wide_window_scatter,
 }
 
 
