@@ -2,11 +2,12 @@
 3.13 compiles and runs with XLA's results (each module says which limitation it
 works around)::
 
-    export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(jaxpr)))
+    export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
+                               saturating_casts(jaxpr))))
 
-Batched scatters first get explicit batch indices, out-of-bounds indices are then
-made explicit (so that a gather's clamping survives the next rewrite), and
-indexing over symbolic dims last. Each returns its input object when it changes
+Batched scatters get explicit batch indices before out-of-bounds indices are made
+explicit (so that a gather's clamping survives the next rewrite), and indexing
+over symbolic dims comes last. Each returns its input object when it changes
 nothing, and so does `export_forms`.
 """
 from __future__ import annotations
@@ -15,9 +16,11 @@ from jax.extend.core import ClosedJaxpr
 
 from whilst.ir._batched_scatter import explicit_batch_indices
 from whilst.ir._index_bounds import in_bounds_indexing
+from whilst.ir._saturating_casts import saturating_casts
 from whilst.ir._symbolic_indexing import symbolic_indexing
 
 
 def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` in the forms of the module docstring."""
-    return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(jaxpr)))
+    return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
+        saturating_casts(jaxpr))))
