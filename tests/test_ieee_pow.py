@@ -1,0 +1,31 @@
+"""`x ** y` with an array exponent gives XLA's results on IREE, special cases
+included (whilst/ir/_ieee_pow.py): IREE 3.13 returns NaN for a negative base with
+an integral exponent and for x ** 0 with x <= 0."""
+import jax.numpy as jnp
+import numpy as np
+
+import whilst
+
+BASES = [-np.inf, -2.5, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, np.inf, np.nan]
+EXPONENTS = [-np.inf, -3.0, -2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 7.0,
+             np.inf, np.nan]
+
+
+def test_every_special_case_as_xla():
+    x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(BASES, EXPONENTS))
+    module = whilst.compile(lambda x, y: x ** y, x, y, cache=False).load()
+    got, want = module(x, y), np.asarray(jnp.asarray(x) ** jnp.asarray(y))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))
+    np.testing.assert_allclose(got, want, rtol=2e-6)  # equal_nan; infinities must match
+
+
+def test_pow_in_a_loop_with_a_carried_exponent():
+    """A loop that raises a negative base to the carried exponent 0, 1, 2, ..."""
+    def fn(base):
+        return whilst.while_loop(lambda i, s: i < 6,
+                                 lambda i, s: (i + 1, (s[0] + 1.0, s[1] + base ** s[0])),
+                                 [0, (jnp.float32(0.0), jnp.float32(0.0))])[1][1]
+    got = whilst.compile(fn, np.float32(0), cache=False).load()(np.float32(-1.5))
+    np.testing.assert_allclose(got, sum((-1.5) ** k for k in range(6)), rtol=1e-6)
