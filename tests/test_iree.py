@@ -287,3 +287,15 @@ def test_preparation_keeps_large_selects_and_concatenates():
                       if op.name == "stablehlo.select"]
         assert predicates == [0]
         assert "stablehlo.concatenate" in [op.name for op in ops]
+
+
+def test_results_computed_from_constants_alone():
+    """A table returned beside a loop's result (bench/iree_limits/computed_constant_result.mlir
+    failed to compile before preparation copied such results)."""
+    def fn(x):
+        n, y = whilst.while_loop(lambda i, y: y < 10.0, lambda i, y: (i + 1, y * 2.0), [0, x])
+        return y, jnp.linspace(0.0, 1.0, 5), jnp.arange(4) * 3
+    y, table, steps = whilst.compile(fn, np.float32(1.5), cache=False).load()(np.float32(1.5))
+    assert y == 12.0
+    np.testing.assert_array_equal(table, np.linspace(0.0, 1.0, 5).astype(np.float32))
+    np.testing.assert_array_equal(steps, np.arange(4) * 3)

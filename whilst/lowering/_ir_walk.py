@@ -16,3 +16,15 @@ def ops_where(module, predicate) -> list:
 
     module.operation.walk(visit)
     return found
+
+
+def is_public(op) -> bool:
+    """Whether a symbol op (a function) has public visibility."""
+    vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
+    return vis is None or str(vis) == '"public"'
+
+
+def public_functions(module) -> list:
+    """The `func.func` ops of `module` that have a body and public visibility."""
+    return ops_where(module, lambda op: op.name == "func.func" and bool(op.regions[0].blocks)
+                     and is_public(op))

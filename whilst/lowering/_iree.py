@@ -13,7 +13,8 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
   * the module is canonicalized and CSE'd, loop carries that start from one
     value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), and
     results computed before a loop are returned through a copy made after it
-    (`_iree_loops.results_after_loops`);
+    (`_iree_loops.results_after_loops`), as are results computed from
+    constants alone (`_iree_loops.constant_results_copied`);
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
@@ -31,11 +32,12 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import is_public, ops_where, public_functions
 from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
-from whilst.lowering._iree_loops import distinct_loop_inits, results_after_loops
+from whilst.lowering._iree_loops import (
+    constant_results_copied, distinct_loop_inits, results_after_loops)
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -66,15 +68,16 @@ def prepare(exports, targets=None) -> str:
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             results_after_loops(module)
+            constant_results_copied(module)
             if dynamic:
                 results_with_own_dims(module)
+            for op in public_functions(module):
+                op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
+                reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
+                if targets is not None:
+                    reflection[TARGETS_KEY] = ir.StringAttr.get(dumps(targets))
+                op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
             for op in list(module.body.operations):
-                if op.operation.name == "func.func" and _is_public(op):
-                    op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
-                    reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
-                    if targets is not None:
-                        reflection[TARGETS_KEY] = ir.StringAttr.get(dumps(targets))
-                    op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
                 merged.body.append(op.operation)
         return merged.operation.get_asm(enable_debug_info=False)
 
@@ -94,10 +97,6 @@ def _leave_uninitialized(module) -> None:
         op.erase()
 
 
-def _is_public(op) -> bool:
-    vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
-    return vis is None or str(vis) == '"public"'
-
 
 def _rename_symbols(module, name: str) -> None:
     """`@main` -> `@name`; private helpers `@f` -> `@name__f`."""
@@ -108,7 +107,7 @@ def _rename_symbols(module, name: str) -> None:
         if "sym_name" not in op.attributes:
             continue
         old = ir.StringAttr(op.attributes["sym_name"]).value
-        new = name if _is_public(op) else f"{name}__{old}"
+        new = name if is_public(op) else f"{name}__{old}"
         if new != old:
             ir.SymbolTable.replace_all_symbol_uses(old, new, module.operation)
             table.set_symbol_name(op, new)

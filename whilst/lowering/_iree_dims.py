@@ -25,7 +25,7 @@ dimensions IREE does not identify with the argument's.
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import ops_where, public_functions
 from whilst.lowering._iree_loops import identity_element
 
 # Shape-like operands (by position) of StableHLO's dynamically shaped ops.
@@ -96,11 +96,7 @@ def results_with_own_dims(module) -> None:
     `identity + r` with dimensions of its own (see the module docstring)."""
     from iree.compiler import ir
 
-    for func in ops_where(module, lambda op: op.name == "func.func"):
-        private = ("sym_visibility" in func.attributes
-                   and str(func.attributes["sym_visibility"]) != '"public"')
-        if not func.regions[0].blocks or private:
-            continue
+    for func in public_functions(module):
         ret = list(func.regions[0].blocks[0].operations)[-1].operation
         for index, value in enumerate(ret.operands):
             tensor = ir.RankedTensorType(value.type)

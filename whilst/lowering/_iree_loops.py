@@ -14,10 +14,16 @@ every call ("ref is null ... hal.buffer_view.create"; e.g. `jax.value_and_grad`
 with two `argnums` returns the loss, computed before the gradient While).
 `results_after_loops` returns each such value through a copy made after the
 loops (`bench/iree_limits/result_packed_with_loop_init.mlir`).
+
+A public function (with the `stream.affinity` whilst gives it) that returns a
+value computed from constants alone, such as `jnp.linspace(0, 1, 5)`, fails to
+compile ("failed to legalize unresolved target materialization ... stream.async.cast",
+`bench/iree_limits/computed_constant_result.mlir`); `constant_results_copied`
+returns each such value through the same kind of copy.
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import ops_where, public_functions
 
 
 def distinct_loop_inits(module) -> None:
@@ -54,6 +60,34 @@ def results_after_loops(module) -> None:
         for index, value in enumerate(ret.operands):
             if value in before_last_loop and ir.RankedTensorType(value.type).has_static_shape:
                 ret.operands[index] = _opaque_copy(value, ret)
+
+
+def constant_results_copied(module) -> None:
+    """In each public function, return every result that depends on no argument
+    through its own copy."""
+    from iree.compiler import ir
+
+    for func in public_functions(module):
+        ret = list(func.regions[0].blocks[0].operations)[-1].operation
+        for index, value in enumerate(ret.operands):
+            if not _reads_arguments(value) and isinstance(value.type, ir.RankedTensorType):
+                ret.operands[index] = _opaque_copy(value, ret)
+
+
+def _reads_arguments(value) -> bool:
+    """Whether `value` is computed from a block argument (through op operands)."""
+    from iree.compiler import ir
+
+    seen, pending = set(), [value]
+    while pending:
+        v = pending.pop()
+        if isinstance(v, ir.BlockArgument):
+            return True
+        if v in seen:
+            continue
+        seen.add(v)
+        pending.extend(v.owner.operands)
+    return False
 
 
 def identity_element(element) -> tuple:
