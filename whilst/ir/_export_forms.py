@@ -3,7 +3,7 @@
 works around)::
 
     export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-                               ieee_pow(saturating_casts(jaxpr)))))
+                               ieee_math(saturating_casts(jaxpr)))))
 
 Batched scatters get explicit batch indices before out-of-bounds indices are made
 explicit (so that a gather's clamping survives the next rewrite), and indexing
@@ -15,7 +15,7 @@ from __future__ import annotations
 from jax.extend.core import ClosedJaxpr
 
 from whilst.ir._batched_scatter import explicit_batch_indices
-from whilst.ir._ieee_pow import ieee_pow
+from whilst.ir._ieee_math import ieee_math
 from whilst.ir._index_bounds import in_bounds_indexing
 from whilst.ir._saturating_casts import saturating_casts
 from whilst.ir._symbolic_indexing import symbolic_indexing
@@ -24,4 +24,4 @@ from whilst.ir._symbolic_indexing import symbolic_indexing
 def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` in the forms of the module docstring."""
     return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-        ieee_pow(saturating_casts(jaxpr)))))
+        ieee_math(saturating_casts(jaxpr)))))

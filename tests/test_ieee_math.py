@@ -1,6 +1,7 @@
-"""`x ** y` with an array exponent gives XLA's results on IREE, special cases
-included (whilst/ir/_ieee_pow.py): IREE 3.13 returns NaN for a negative base with
-an integral exponent and for x ** 0 with x <= 0."""
+"""`x ** y` with an array exponent and `atan2` give XLA's results on IREE, special
+cases included (whilst/ir/_ieee_math.py): IREE 3.13 returns NaN for a negative base
+with an integral exponent, for x ** 0 with x <= 0, and for atan2 of two zeros or
+two infinities."""
 import jax.numpy as jnp
 import numpy as np
 
@@ -11,14 +12,24 @@ EXPONENTS = [-np.inf, -3.0, -2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.
              np.inf, np.nan]
 
 
-def test_every_special_case_as_xla():
-    x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(BASES, EXPONENTS))
-    module = whilst.compile(lambda x, y: x ** y, x, y, cache=False).load()
-    got, want = module(x, y), np.asarray(jnp.asarray(x) ** jnp.asarray(y))
+def assert_as_xla(got, want):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))
     np.testing.assert_allclose(got, want, rtol=2e-6)  # equal_nan; infinities must match
+
+
+def test_atan2_special_cases_as_xla():
+    values = [-np.inf, -2.0, -1.0, -0.0, 0.0, 1e-30, 1.5, 3.0, np.inf, np.nan]
+    y, x = (a.ravel().astype(np.float32) for a in np.meshgrid(values, values))
+    got = whilst.compile(jnp.arctan2, y, x, cache=False).load()(y, x)
+    assert_as_xla(got, np.asarray(jnp.arctan2(jnp.asarray(y), jnp.asarray(x))))
+
+
+def test_pow_special_cases_as_xla():
+    x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(BASES, EXPONENTS))
+    module = whilst.compile(lambda x, y: x ** y, x, y, cache=False).load()
+    assert_as_xla(module(x, y), np.asarray(jnp.asarray(x) ** jnp.asarray(y)))
 
 
 def test_pow_in_a_loop_with_a_carried_exponent():
