@@ -26,7 +26,8 @@ def convert(value, want: np.dtype, path: str, expected: str) -> np.ndarray:
     if isinstance(value, (np.ndarray, np.generic)) or (
             hasattr(value, "dtype") and hasattr(value, "__array__")):
         arr = np.asarray(value)
-        _check_numeric(arr.dtype, value, path, expected)
+        if arr.dtype != want:  # the module's own dtype (bfloat16 too) needs no check
+            _check_numeric(arr.dtype, value, path, expected)
         if arr.dtype != want and not np.can_cast(arr.dtype, want, "safe"):
             raise ValueError(
                 f"{path} has dtype {arr.dtype}, but the module expects {expected}; "
