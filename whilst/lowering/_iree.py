@@ -128,11 +128,21 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
     return gpu_arch or TARGETS[target].default_arch
 
 
-def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
+# IREE 3.13 forms one dispatch per scalar value that several ops read; with this flag
+# it fuses across such values (bench/fusion_ab.py: 1.1-1.9x faster loops on llvm-cpu),
+# but its codegen fails on some of the dispatches it forms
+# (bench/iree_limits/aggressive_fusion_select.mlir), so whilst falls back to the
+# default fusion then (`compile_module`).
+AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
+
+
+def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
 
     `gpu_arch` is one architecture for every GPU target or a dict
     `{target: arch}`; GPU targets without one get their `Target.default_arch`.
+    `aggressive_fusion` sets AGGRESSIVE_FUSION (named either way, so the compile
+    cache tells the two apart).
     """
     _check_targets(targets)
     devices = ",".join(TARGETS[t].device for t in targets)
@@ -140,7 +150,8 @@ def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
     # steps whose results are discarded (whilst.ir._stacks): by design, not a bug
     # in the user's program, so IREE's warning about it is off.
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}",
-             "--iree-global-opt-enable-warn-on-uninitialized-values=false"]
+             "--iree-global-opt-enable-warn-on-uninitialized-values=false",
+             f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
     if len(targets) > 1:
         flags.append("--iree-hal-link-executables=false")
     for t in targets:
@@ -157,6 +168,16 @@ def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
     return flags
 
 
+def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
+    """The `compile_flags` that `compile_module` tries, in order: with aggressive
+    fusion first for modules whose targets are all llvm-cpu (measured there only),
+    then without it."""
+    plain = compile_flags(targets, cpu, gpu_arch)
+    if all(t == "llvm-cpu" for t in targets):
+        return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True), plain]
+    return [plain]
+
+
 def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
     """What a module records about its targets: `[{"name", "arch", "drivers"}]`,
     `arch` being the CPU for llvm-cpu and the GPU architecture otherwise."""
@@ -165,24 +186,37 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
              "drivers": list(TARGETS[t].drivers)} for t in targets]
 
 
-def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
-                 extra_flags=()) -> bytes:
-    """Compile prepared module text to `.vmfb` bytes, raising `CompileError` with
-    IREE's diagnostics when it fails."""
+def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
+                   extra_flags=()) -> tuple[bytes, list[str]]:
+    """Compile prepared module text with the first of `flag_sets(targets, cpu,
+    gpu_arch)` that iree-compile accepts: `(vmfb bytes, that flag set)`.
+
+    Raises:
+      CompileError: every flag set failed; IREE's diagnostics for the last one.
+    """
     from iree.compiler import tools
 
-    flags = [*compile_flags(targets, cpu, gpu_arch), *extra_flags]
-    try:
-        return tools.compile_str(text, extra_args=flags)
-    except tools.CompilerToolError as e:
-        raise CompileError(f"iree-compile failed for targets {list(targets)}:\n{e}") from None
+    for flags in flag_sets(targets, cpu, gpu_arch):
+        try:
+            return tools.compile_str(text, extra_args=[*flags, *extra_flags]), flags
+        except tools.CompilerToolError as e:
+            error = e
+    raise CompileError(f"iree-compile failed for targets {list(targets)}:\n{error}") from None
+
+
+def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
+                 extra_flags=()) -> bytes:
+    """Compile prepared module text to `.vmfb` bytes (`compile_module`), raising
+    `CompileError` with IREE's diagnostics when it fails."""
+    return compile_module(text, targets, cpu, gpu_arch, extra_flags)[0]
 
 
 def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host") -> str:
-    """The module after IREE's stream phase (`--compile-to=stream`), as text."""
+    """The module after IREE's stream phase (`--compile-to=stream`) with the first
+    of `flag_sets`, as text."""
     from iree.compiler import tools
 
-    flags = [*compile_flags(targets, cpu), "--compile-to=stream"]
+    flags = [*flag_sets(targets, cpu)[0], "--compile-to=stream"]
     return tools.compile_str(text, extra_args=flags).decode()
 
 
