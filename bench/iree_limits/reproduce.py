@@ -3,10 +3,11 @@
     python bench/iree_limits/reproduce.py [NAME ...]
 
 Each entry exports a small program with whilst, prepares it as `whilst.compile`
-does, and runs iree-compile (and the module, when it compiles), printing what
-IREE says. `--save DIR` also writes each prepared module as DIR/NAME.mlir for
-`iree-compile` alone. An entry that starts to pass means IREE lifted the limit:
-remove it here and its xfail in tests/test_iree_corpus.py.
+does, and runs iree-compile with the default and with aggressive fusion (the
+flag sets `whilst.compile` tries), printing what IREE says for each. `--save DIR`
+also writes each prepared module as DIR/NAME.mlir for `iree-compile` alone. An
+entry that starts to pass means IREE lifted the limit: remove it here and its
+xfail in tests/test_iree_corpus.py (or its fallback there).
 """
 import argparse
 import os
@@ -14,10 +15,11 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+from iree.compiler import tools
 from jax import export as jax_export, lax
 
 import whilst
-from whilst.lowering import CompileError, compile_text, prepare
+from whilst.lowering import compile_flags, prepare
 
 
 def wide_window_scatter():
@@ -34,7 +36,52 @@ def wide_window_scatter():
     return add, (np.zeros((5, 3), np.float32), np.array([[0, 1], [2, 0]], np.int32))
 
 
+def point_gather_after_dot():
+    """The gradient of a CG-like loop that records a dot product per step at a
+    computed position (`h.at[k + 1].set(alpha)`), without the preparation that
+    reads one-element gathers with `dynamic_slice` (`whilst/lowering/_iree_fusion.py`,
+    skipped here). The gradient While reads `h_bar[k + 1]` (a gather, `tensor.extract`
+    in IREE) and adds it to a dot product of the same step; IREE fuses both into one
+    dispatch whose llvm-cpu codegen fails with either fusion setting ("'arith.select'
+    op failed to verify that all of {true_value, false_value, result} have same type":
+    the extracted element is vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
+    from whilst.lowering import _iree_fusion
+    _iree_fusion.point_gathers_as_slices = lambda module: None
+    n = 64
+
+    def loss(A, b):
+        def body(k, x, p, h):
+            Ap = A @ p
+            alpha = (x @ x) / (p @ Ap)
+            x = x - alpha * Ap
+            return k + 1, x, p + x, h.at[k + 1].set(alpha)
+        _, x, _, h = whilst.while_loop(lambda k, x, p, h: k < 5, body,
+                                       [0, b, b, jnp.zeros(4 * n + 1)], maximum_iterations=4 * n)
+        return jnp.sum(x) + jnp.sum(h)
+    rng = np.random.default_rng(0)
+    return (jax.grad(loss, argnums=(0, 1)),
+            (rng.standard_normal((n, n)).astype(np.float32),
+             rng.standard_normal(n).astype(np.float32)))
+
+
+def aggressive_fusion_dominance():
+    """The gradient of an unrolled loop that writes one element per step at a computed
+    position (`h.at[k + 1].set(...)`, a one-hot select once unrolled): with
+    `--iree-dispatch-creation-enable-aggressive-fusion` iree-compile fails ("operand #0
+    does not dominate this use", at the one-hot read of a later step); the default
+    fusion compiles it, and `whilst.compile` falls back to it."""
+    def loss(b):
+        def body(k, x, h):
+            return k + 1, x * 0.5, h.at[k + 1].set(jnp.sum(x))
+        _, x, h = whilst.while_loop(lambda k, x, h: k < 5, body, [0, b, jnp.zeros(33)],
+                                    maximum_iterations=32)
+        return jnp.sum(x) + jnp.sum(h)
+    return jax.grad(loss), (np.arange(8, dtype=np.float32),)
+
+
 CASES = {
+    "aggressive_fusion_dominance": aggressive_fusion_dominance,
+    "point_gather_after_dot": point_gather_after_dot,
     "wide_window_scatter": wide_window_scatter,
 }
 
@@ -45,12 +92,17 @@ def outcome(name, save=None) -> str:
     if save:
         with open(os.path.join(save, f"{name}.mlir"), "w") as f:
             f.write(text)
-    try:
-        compile_text(text)
-    except CompileError as e:
-        lines = [l for l in str(e).splitlines() if "error" in l or "Error code" in l]
-        return "iree-compile fails: " + " | ".join(lines[:3])[:400]
-    return "compiles"
+    results = []
+    for aggressive in (False, True):
+        try:
+            tools.compile_str(text, extra_args=compile_flags(("llvm-cpu",),
+                                                             aggressive_fusion=aggressive))
+            result = "compiles"
+        except tools.CompilerToolError as e:
+            lines = [l for l in str(e).splitlines() if "error" in l or "Error code" in l]
+            result = "iree-compile fails: " + " | ".join(lines[:3])[:400]
+        results.append(f"{'aggressive' if aggressive else 'default'} fusion: {result}")
+    return "; ".join(results)
 
 
 def main():
