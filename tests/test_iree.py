@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import loop_blocks
-from whilst.lowering import compile_to_stream, prepare, stream_copy_sizes
+from whilst.lowering import compile_to_stream, loop_counts, prepare, stream_copy_sizes
 
 Particle = collections.namedtuple("Particle", "pos, vel")
 
@@ -261,7 +260,7 @@ def test_small_state_steps_fuse_and_read_back_only_the_loop_test():
     loop test and runs at most 3 dispatches."""
     y0 = np.array([10.0, 5.0], np.float32)
     exported = whilst.export(predator_prey, y0, np.int32(0))
-    ((loads, dispatches),) = loop_blocks(compile_to_stream(prepare([exported])))
+    ((loads, dispatches),) = loop_counts(compile_to_stream(prepare([exported])))
     assert loads == 1 and dispatches <= 3, (loads, dispatches)
     module = whilst.compile(exported).load()
     for n in [0, 1, 7, 300]:
@@ -331,7 +330,7 @@ def test_unrolled_steps_fuse_across_steps():
     grad = whilst.export(jax.grad(lambda x, n: jnp.sum(sin_steps(x, n)[1])), x, np.int32(0))
     for exported in (forward, grad):
         ks = unroll_factors(exported.text)
-        loops = loop_blocks(compile_to_stream(prepare([exported])))
+        loops = loop_counts(compile_to_stream(prepare([exported])))
         assert min(ks) >= 32 and len(loops) == len(ks), (ks, loops)
         assert loops[0][1] <= ks[0] // 2, (ks, loops)  # the forward While
     forward_module, grad_module = whilst.compile(forward).load(), whilst.compile(grad).load()

@@ -120,11 +120,11 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     return Compiled(data, tuple(targets), tuple(functions), stages.done)
 
 
+FALLBACK_NOTE = " (without aggressive fusion: iree-compile failed with it)"
+
+
 def _fallback_note(flags, tried) -> str:
     return "" if flags == tried[0] else FALLBACK_NOTE
-
-
-FALLBACK_NOTE = " (without aggressive fusion: iree-compile failed with it)"
 
 
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,
