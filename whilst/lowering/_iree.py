@@ -129,10 +129,11 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
 
 
 # IREE 3.13 forms one dispatch per scalar value that several ops read; with this flag
-# it fuses across such values (bench/fusion_ab.py: 1.1-1.9x faster loops on llvm-cpu),
-# but its codegen fails on some of the dispatches it forms
-# (bench/iree_limits/aggressive_fusion_select.mlir), so whilst falls back to the
-# default fusion then (`compile_module`).
+# it fuses across such values (bench/fusion_ab.py: loops 1.06-1.9x faster on llvm-cpu),
+# but iree-compile fails on some programs with it ("operand #N does not dominate this
+# use", bench/iree_limits/reproduce.py aggressive_fusion_dominance; 13 of the 61
+# programs of tests/test_iree_corpus.py), so whilst falls back to the default fusion
+# then (`compile_module`).
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 
 
