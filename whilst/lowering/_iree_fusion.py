@@ -107,16 +107,16 @@ def point_gathers_as_slices(module) -> None:
 
 
 def _point_gather(op) -> bool:
-    """Whether `op` is a `stablehlo.gather` of one element of a rank-r operand at
-    the position given by its indices, a static `[r]` vector (the form of `x[i, j]`)."""
+    """Whether `op` is a `stablehlo.gather` of one element of a static rank-r operand
+    at the position given by its indices, a static `[r]` vector (the form of `x[i, j]`)."""
     from iree.compiler import ir
 
     if op.name != "stablehlo.gather" or ir.RankedTensorType(op.results[0].type).rank != 0:
         return False
     operand = ir.RankedTensorType(op.operands[0].type)
     indices = ir.RankedTensorType(op.operands[1].type)
-    if (operand.rank == 0 or indices.rank != 1 or not indices.has_static_shape
-            or indices.shape[0] != operand.rank):
+    if (operand.rank == 0 or not operand.has_static_shape or indices.rank != 1
+            or not indices.has_static_shape or indices.shape[0] != operand.rank):
         return False
     dims = ", ".join(str(d) for d in range(operand.rank))
     point = ir.Attribute.parse(
