@@ -542,7 +542,7 @@ WITHOUT_AGGRESSIVE_FUSION = {
     "budget_grad_unbounded", "budget_switch_n13", "budget_switch_n4", "budget_vmap_of_grad",
     "checkpoint_data_dependent_stop", "checkpoint_float_cond", "checkpoint_grad_n0",
     "checkpoint_grad_n12", "checkpoint_grad_n5", "checkpoint_grad_traced_n", "checkpoint_nested",
-    "grad_struct_carry", "readme_fixed_point_forward",
+    "grad_struct_carry", "readme_fixed_point_forward", "two_zeros_carries",
 }
 
 

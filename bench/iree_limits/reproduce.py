@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from iree.compiler import tools
-from jax import export as jax_export, lax
+from jax import lax
 
 import whilst
 from whilst.lowering import compile_flags, prepare
@@ -37,46 +37,57 @@ def wide_window_scatter():
 
 
 def point_gather_after_dot():
-    """The gradient of a CG-like loop that records a dot product per step at a
-    computed position (`h.at[k + 1].set(alpha)`), without the preparation that
-    reads one-element gathers with `dynamic_slice` (`whilst/lowering/_iree_fusion.py`,
-    skipped here). The gradient While reads `h_bar[k + 1]` (a gather, `tensor.extract`
-    in IREE) and adds it to a dot product of the same step; IREE fuses both into one
-    dispatch whose llvm-cpu codegen fails with either fusion setting ("'arith.select'
-    op failed to verify that all of {true_value, false_value, result} have same type":
-    the extracted element is vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
+    """The gradient of conjugate gradient (as in samples/cg.py, n = 64) that records
+    `rr / bb` per step at a computed position (`h.at[k + 1].set(...)`), without the
+    preparation that reads one-element gathers with `dynamic_slice`
+    (`whilst/lowering/_iree_fusion.py`, skipped here). The gradient While reads
+    `h_bar[k + 1]` (a gather, `tensor.extract` in IREE) and adds it to a dot product
+    of the same step; with aggressive fusion IREE puts both into one dispatch whose
+    llvm-cpu codegen fails ("'arith.select' op failed to verify that all of
+    {true_value, false_value, result} have same type": the extracted element is
+    vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
     from whilst.lowering import _iree_fusion
     _iree_fusion.point_gathers_as_slices = lambda module: None
     n = 64
 
     def loss(A, b):
-        def body(k, x, p, h):
+        bb = b @ b
+
+        def body(k, x, r, p, rr, h):
             Ap = A @ p
-            alpha = (x @ x) / (p @ Ap)
-            x = x - alpha * Ap
-            return k + 1, x, p + x, h.at[k + 1].set(alpha)
-        _, x, _, h = whilst.while_loop(lambda k, x, p, h: k < 5, body,
-                                       [0, b, b, jnp.zeros(4 * n + 1)], maximum_iterations=4 * n)
-        return jnp.sum(x) + jnp.sum(h)
+            alpha = rr / (p @ Ap)
+            r = r - alpha * Ap
+            rr_next = r @ r
+            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
+                    h.at[k + 1].set(rr_next / bb))
+        x = whilst.while_loop(lambda k, x, r, p, rr, h: rr > 1e-10 * bb, body,
+                              [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)],
+                              maximum_iterations=4 * n)[1]
+        return 0.5 * jnp.sum(x ** 2)
     rng = np.random.default_rng(0)
+    M = rng.standard_normal((n, n)).astype(np.float32)
     return (jax.grad(loss, argnums=(0, 1)),
-            (rng.standard_normal((n, n)).astype(np.float32),
+            ((M @ M.T / n + np.eye(n)).astype(np.float32),
              rng.standard_normal(n).astype(np.float32)))
 
 
 def aggressive_fusion_dominance():
-    """The gradient of an unrolled loop that writes one element per step at a computed
-    position (`h.at[k + 1].set(...)`, a one-hot select once unrolled): with
-    `--iree-dispatch-creation-enable-aggressive-fusion` iree-compile fails ("operand #0
-    does not dominate this use", at the one-hot read of a later step); the default
-    fusion compiles it, and `whilst.compile` falls back to it."""
-    def loss(b):
-        def body(k, x, h):
-            return k + 1, x * 0.5, h.at[k + 1].set(jnp.sum(x))
-        _, x, h = whilst.while_loop(lambda k, x, h: k < 5, body, [0, b, jnp.zeros(33)],
-                                    maximum_iterations=32)
-        return jnp.sum(x) + jnp.sum(h)
-    return jax.grad(loss), (np.arange(8, dtype=np.float32),)
+    """The README's fixed-point loop, forward (x <- tanh(W x) until it stops moving),
+    unrolled by 32: with `--iree-dispatch-creation-enable-aggressive-fusion`,
+    iree-compile's FormDispatchRegionsPass fails ("operand #2 does not dominate this
+    use"): it fuses the 0-d chain of the steps' counter and predicate selects into
+    one op placed before a later step's `reduce`, which that op reads. The default
+    fusion compiles it, and `whilst.compile` falls back to it (14 programs of
+    tests/test_iree_corpus.py fail so)."""
+    W = (np.eye(4, dtype=np.float32) * 0.5 + 0.05).astype(np.float32)
+
+    def fixed_point(x):
+        def body(i, x, dx):
+            y = jnp.tanh(W @ x)
+            return i + 1, y, jnp.max(jnp.abs(y - x))
+        return whilst.while_loop(lambda i, x, dx: dx > 1e-4, body, [0, x, jnp.inf],
+                                 maximum_iterations=100, unroll=32)[:2]
+    return fixed_point, (np.ones(4, np.float32),)
 
 
 CASES = {

@@ -26,9 +26,9 @@ pieces' producers::
 A `stablehlo.gather` of one element (`x[k]` read at a computed position, e.g.
 what the gradient of `history.at[k].set(v)` reads) becomes, in IREE 3.13, a
 `tensor.extract` inside an elementwise op; fused with a reduction (a dot
-product in the same loop step), llvm-cpu codegen of that dispatch fails
-("'arith.select' op failed to verify", `bench/iree_limits/reproduce.py
-point_gather_after_dot`), with the default fusion as with aggressive fusion.
+product in the same loop step, as aggressive fusion does in the gradient of
+samples/cg.py), llvm-cpu codegen of that dispatch fails ("'arith.select' op
+failed to verify", `bench/iree_limits/reproduce.py point_gather_after_dot`).
 `point_gathers_as_slices` reads such elements with `stablehlo.dynamic_slice`,
 which clamps the position as the gather does::
 
