@@ -68,32 +68,3 @@ def unroll_factors(stablehlo_text):
         context.allow_unregistered_dialects = True
         ir.Module.parse(stablehlo_text).operation.walk(visit)
     return factors
-
-
-def loop_blocks(stream_text):
-    """`[(loads, dispatches)]` for each block of the stream-phase entry function that
-    branches back to itself (an emitted loop), counting `stream.resource.load`
-    (device-to-host readbacks) and `stream.cmd.dispatch` ops."""
-    from iree.compiler import ir
-
-    loops = []
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        module = ir.Module.parse(stream_text)
-        for func in module.body.operations:
-            if func.operation.name != "util.func" or not func.regions[0].blocks:
-                continue
-            for block in func.regions[0].blocks:
-                if block not in list(list(block.operations)[-1].operation.successors):
-                    continue
-                counts = {"stream.resource.load": 0, "stream.cmd.dispatch": 0}
-
-                def visit(op, counts=counts):
-                    if op.operation.name in counts:
-                        counts[op.operation.name] += 1
-                    return ir.WalkResult.ADVANCE
-
-                for op in block.operations:
-                    op.operation.walk(visit)
-                loops.append(tuple(counts.values()))
-    return loops

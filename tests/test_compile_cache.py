@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import whilst
+import whilst._cache
 import whilst._compile
 from whilst.runtime import load
 
@@ -17,13 +18,13 @@ def step(x, n):
 @pytest.fixture
 def iree_compile_calls(monkeypatch):
     calls = []
-    real = whilst._compile.compile_text
+    real = whilst._compile.compile_module
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(whilst._compile, "compile_text", counting)
+    monkeypatch.setattr(whilst._compile, "compile_module", counting)
     return calls
 
 
@@ -57,6 +58,52 @@ def test_a_corrupted_cache_entry_is_recompiled_never_loaded(tmp_path, iree_compi
         assert not again.cache_hit and again.data == good
         assert entry.read_bytes() == good        # replaced by the fresh module
     assert len(iree_compile_calls) == 3
+
+
+def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cached(
+        tmp_path, monkeypatch, iree_compile_calls):
+    """The fallback of `compile_module`: a flag set iree-compile rejects (here the
+    aggressive one, given an unknown flag) is followed by the default one; the
+    stage label says so and the entry is cached under the flags that worked."""
+    from whilst.lowering import _iree
+
+    real = _iree.compile_flags
+
+    def failing_when_aggressive(*args, aggressive_fusion=False, **kwargs):
+        flags = real(*args, aggressive_fusion=aggressive_fusion, **kwargs)
+        return flags + ["--no-such-flag"] if aggressive_fusion else flags
+
+    monkeypatch.setattr(_iree, "compile_flags", failing_when_aggressive)
+    args = (np.zeros(2, np.float32), np.int32(0))
+    first = whilst.compile(step, *args, cache=tmp_path)
+    assert first.stages[-1][0] == (
+        "iree-compile for llvm-cpu (host) (without aggressive fusion: iree-compile "
+        "failed with it)")
+    n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
+    assert int(n) == 3 and list(x) == [4.0, 5.0]
+    (entry,) = os.listdir(tmp_path)
+    plain = _iree.flag_sets(("llvm-cpu",))[-1]
+    assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
+    second = whilst.compile(step, *args, cache=tmp_path)
+    assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
+    assert second.stages[-1][0].endswith("(without aggressive fusion: iree-compile failed "
+                                         "with it)")
+
+
+def first_text(tmp_path, args):
+    """The prepared module text `whilst.compile(step, *args)` compiles."""
+    from whilst._compile import prepare_stage
+    return prepare_stage([whilst.export(step, *args)], ("llvm-cpu",))
+
+
+def test_llvm_cpu_modules_compile_with_aggressive_fusion_first():
+    from whilst.lowering import flag_sets
+
+    fused, plain = flag_sets(("llvm-cpu",))
+    assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
+    assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
+    (gpu,) = flag_sets(("llvm-cpu", "cuda"))
+    assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in gpu
 
 
 def test_cache_can_be_disabled(tmp_path, monkeypatch, iree_compile_calls):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import loop_blocks
-from whilst.lowering import compile_to_stream, prepare, stream_copy_sizes
+from conftest import unrolled
+from whilst.lowering import compile_to_stream, loop_counts, prepare, stream_copy_sizes
 
 Particle = collections.namedtuple("Particle", "pos, vel")
 
@@ -260,7 +260,7 @@ def test_small_state_steps_fuse_and_read_back_only_the_loop_test():
     loop test and runs at most 3 dispatches."""
     y0 = np.array([10.0, 5.0], np.float32)
     exported = whilst.export(predator_prey, y0, np.int32(0))
-    ((loads, dispatches),) = loop_blocks(compile_to_stream(prepare([exported])))
+    ((loads, dispatches),) = loop_counts(compile_to_stream(prepare([exported])))
     assert loads == 1 and dispatches <= 3, (loads, dispatches)
     module = whilst.compile(exported).load()
     for n in [0, 1, 7, 300]:
@@ -299,3 +299,118 @@ def test_results_computed_from_constants_alone():
     assert y == 12.0
     np.testing.assert_array_equal(table, np.linspace(0.0, 1.0, 5).astype(np.float32))
     np.testing.assert_array_equal(steps, np.arange(4) * 3)
+
+
+def op_names(text):
+    """The names of all ops of an MLIR module text, nested ops included."""
+    from iree.compiler import ir
+
+    names = []
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        ir.Module.parse(text).operation.walk(
+            lambda op: names.append(op.operation.name) or ir.WalkResult.ADVANCE)
+    return names
+
+
+def sin_steps(x, n):
+    return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.sin(x) * 0.9 + 0.1),
+                             [0, x], maximum_iterations=1000)
+
+
+def test_unrolled_steps_fuse_across_steps():
+    """With IREE 3.13's default fusion each unrolled step of a tiny body costs about a
+    dispatch (64 steps of x = sin(x)*0.9 + 0.1: 59 dispatches per emitted iteration;
+    their push/pop gradient: 101 in the forward While); whilst compiles llvm-cpu
+    modules with aggressive fusion, which fuses across steps (23 and 26)."""
+    from conftest import unroll_factors
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    forward = whilst.export(sin_steps, x, np.int32(0))
+    grad = whilst.export(jax.grad(lambda x, n: jnp.sum(sin_steps(x, n)[1])), x, np.int32(0))
+    for exported in (forward, grad):
+        ks = unroll_factors(exported.text)
+        loops = loop_counts(compile_to_stream(prepare([exported])))
+        assert min(ks) >= 32 and len(loops) == len(ks), (ks, loops)
+        assert loops[0][1] <= ks[0] // 2, (ks, loops)  # the forward While
+    forward_module, grad_module = whilst.compile(forward).load(), whilst.compile(grad).load()
+    for n in [0, 1, 63, 64, 65, 200, 1000]:
+        want = x
+        for _ in range(n):
+            want = np.sin(want) * np.float32(0.9) + np.float32(0.1)
+        np.testing.assert_allclose(forward_module.main(x, np.int32(n))[1], want,
+                                   rtol=1e-5, atol=1e-6)
+        if n <= 200:
+            def unrolled_loss(x):
+                for _ in range(n):
+                    x = jnp.sin(x) * 0.9 + 0.1
+                return jnp.sum(x)
+            np.testing.assert_allclose(grad_module.main(x, np.int32(n)),
+                                       jax.grad(unrolled_loss)(x), rtol=1e-5, atol=1e-6)
+
+
+def recording_cg(n):
+    """The loss of conjugate gradient (as in samples/cg.py) that records `rr / bb` per
+    step at a computed position (`h.at[k + 1].set(...)`); `unrolled` is the same loss
+    with the loop in Python (the oracle)."""
+    def parts(A, b):
+        bb = b @ b
+
+        def body(k, x, r, p, rr, h):
+            Ap = A @ p
+            alpha = rr / (p @ Ap)
+            r = r - alpha * Ap
+            rr_next = r @ r
+            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
+                    h.at[k + 1].set(rr_next / bb))
+        return ((lambda k, x, r, p, rr, h: rr > 1e-10 * bb), body,
+                [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)])
+
+    def loss(A, b):
+        x = whilst.while_loop(*parts(A, b), maximum_iterations=4 * n)[1]
+        return 0.5 * jnp.sum(x ** 2)
+
+    def unrolled_loss(A, b):
+        x = unrolled(*parts(A, b), maximum_iterations=4 * n)[1]
+        return 0.5 * jnp.sum(x ** 2)
+    return loss, unrolled_loss
+
+
+def test_gradient_reading_recorded_elements_after_dot_products():
+    """The gradient While reads `h_bar[k + 1]` (a one-element gather) and adds it to
+    a dot product of the same step: with aggressive fusion, IREE put both into one
+    dispatch its codegen failed on (bench/iree_limits/reproduce.py
+    point_gather_after_dot). Preparation reads such elements with dynamic_slice; the
+    module compiles with aggressive fusion and equals jax.grad of the unrolled loop."""
+    n = 64
+    loss, unrolled_loss = recording_cg(n)
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((n, n)).astype(np.float32)
+    A = (M @ M.T / n + np.eye(n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    exported = whilst.export(jax.grad(loss, argnums=(0, 1)), A, b)
+    assert "stablehlo.gather" in op_names(exported.text)
+    assert "stablehlo.gather" not in op_names(prepare([exported]))
+    compiled = whilst.compile(exported, cache=False)
+    assert "without aggressive fusion" not in compiled.stages[-1][0], compiled.stages
+    got = compiled.load().main(A, b)
+    want = jax.grad(unrolled_loss, argnums=(0, 1))(A, b)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
+
+
+def test_one_element_gathers_clamp_or_fill_as_in_jax():
+    """`A.at[i, j].get(mode="fill")` exports as a one-element gather, which preparation
+    rewrites as a dynamic_slice: positions in and out of range give JAX's answers."""
+    def read(A, i, j):
+        return A.at[i, j].get(mode="fill", fill_value=-1.0), A.at[i].get(mode="clip")
+
+    A = np.arange(12, dtype=np.float32).reshape(3, 4)
+    exported = whilst.export(read, A, np.int32(0), np.int32(0))
+    assert "stablehlo.gather" in op_names(exported.text)
+    assert "stablehlo.gather" not in op_names(prepare([exported]))
+    module = whilst.compile(exported).load()
+    for i, j in [(0, 0), (2, 3), (1, 2), (-1, -2), (5, 7), (-7, 1), (1, 100)]:
+        got = module.main(A, np.int32(i), np.int32(j))
+        for g, w in zip(got, jax.jit(read)(A, i, j)):
+            np.testing.assert_array_equal(g, w)

@@ -8,7 +8,7 @@ import time
 
 from whilst import _cache
 from whilst._files import write_file
-from whilst.lowering import Exported, compile_flags, compile_text, export, prepare, target_metadata
+from whilst.lowering import Exported, compile_module, export, flag_sets, prepare, target_metadata
 from whilst.runtime.seal import seal
 
 
@@ -92,21 +92,39 @@ def prepare_stage(exports, targets, cpu="host", gpu_arch=None, stages=None) -> s
 
 def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cache=None,
                   stages=None) -> Compiled:
-    """Stage 3: iree-compile `text` (or take it from the compile cache) and seal it."""
+    """Stage 3: iree-compile `text` (or take it from the compile cache) and seal it.
+
+    Cache entries are keyed by the flags they were compiled with: the first of
+    `flag_sets` that has an entry is used. A module compiled without aggressive
+    fusion because it failed with it says so in its last stage's label.
+    """
     stages = stages or Stages()
     where = _cache.directory(cache)
-    entry = _cache.key(text, compile_flags(targets, cpu, gpu_arch))
+    tried = flag_sets(targets, cpu, gpu_arch)
     described = ", ".join(f"{m['name']}" + (f" ({m['arch']})" if m["arch"] else "")
                           for m in target_metadata(targets, cpu, gpu_arch))
     t = time.perf_counter()
-    data = _cache.lookup(where, entry)
-    if data is not None:
-        stages.record(f"{_CACHE_HIT} for {described}", time.perf_counter() - t)
+    for flags in tried:
+        data = _cache.lookup(where, _cache.key(text, flags))
+        if data is not None:
+            stages.record(f"{_CACHE_HIT} for {described}{_fallback_note(flags, tried)}",
+                          time.perf_counter() - t)
+            break
     else:
-        with stages(f"iree-compile for {described}"):
-            data = seal(compile_text(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch))
-        _cache.store(where, entry, data)
+        t = time.perf_counter()
+        data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch)
+        data = seal(data)
+        stages.record(f"iree-compile for {described}{_fallback_note(flags, tried)}",
+                      time.perf_counter() - t)
+        _cache.store(where, _cache.key(text, flags), data)
     return Compiled(data, tuple(targets), tuple(functions), stages.done)
+
+
+FALLBACK_NOTE = " (without aggressive fusion: iree-compile failed with it)"
+
+
+def _fallback_note(flags, tried) -> str:
+    return "" if flags == tried[0] else FALLBACK_NOTE
 
 
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,

@@ -3,10 +3,11 @@
     python bench/iree_limits/reproduce.py [NAME ...]
 
 Each entry exports a small program with whilst, prepares it as `whilst.compile`
-does, and runs iree-compile (and the module, when it compiles), printing what
-IREE says. `--save DIR` also writes each prepared module as DIR/NAME.mlir for
-`iree-compile` alone. An entry that starts to pass means IREE lifted the limit:
-remove it here and its xfail in tests/test_iree_corpus.py.
+does, and runs iree-compile with the default and with aggressive fusion (the
+flag sets `whilst.compile` tries), printing what IREE says for each. `--save DIR`
+also writes each prepared module as DIR/NAME.mlir for `iree-compile` alone. An
+entry that starts to pass means IREE lifted the limit: remove it here and its
+xfail in tests/test_iree_corpus.py (or its fallback there).
 """
 import argparse
 import os
@@ -14,10 +15,11 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import export as jax_export, lax
+from iree.compiler import tools
+from jax import lax
 
 import whilst
-from whilst.lowering import CompileError, compile_text, prepare
+from whilst.lowering import compile_flags, prepare
 
 
 def wide_window_scatter():
@@ -34,7 +36,63 @@ def wide_window_scatter():
     return add, (np.zeros((5, 3), np.float32), np.array([[0, 1], [2, 0]], np.int32))
 
 
+def point_gather_after_dot():
+    """The gradient of conjugate gradient (as in samples/cg.py, n = 64) that records
+    `rr / bb` per step at a computed position (`h.at[k + 1].set(...)`), without the
+    preparation that reads one-element gathers with `dynamic_slice`
+    (`whilst/lowering/_iree_fusion.py`, skipped here). The gradient While reads
+    `h_bar[k + 1]` (a gather, `tensor.extract` in IREE) and adds it to a dot product
+    of the same step; with aggressive fusion IREE puts both into one dispatch whose
+    llvm-cpu codegen fails ("'arith.select' op failed to verify that all of
+    {true_value, false_value, result} have same type": the extracted element is
+    vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
+    from whilst.lowering import _iree_fusion
+    _iree_fusion.point_gathers_as_slices = lambda module: None
+    n = 64
+
+    def loss(A, b):
+        bb = b @ b
+
+        def body(k, x, r, p, rr, h):
+            Ap = A @ p
+            alpha = rr / (p @ Ap)
+            r = r - alpha * Ap
+            rr_next = r @ r
+            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
+                    h.at[k + 1].set(rr_next / bb))
+        x = whilst.while_loop(lambda k, x, r, p, rr, h: rr > 1e-10 * bb, body,
+                              [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)],
+                              maximum_iterations=4 * n)[1]
+        return 0.5 * jnp.sum(x ** 2)
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((n, n)).astype(np.float32)
+    return (jax.grad(loss, argnums=(0, 1)),
+            ((M @ M.T / n + np.eye(n)).astype(np.float32),
+             rng.standard_normal(n).astype(np.float32)))
+
+
+def aggressive_fusion_dominance():
+    """The README's fixed-point loop, forward (x <- tanh(W x) until it stops moving),
+    unrolled by 32: with `--iree-dispatch-creation-enable-aggressive-fusion`,
+    iree-compile's FormDispatchRegionsPass fails ("operand #2 does not dominate this
+    use"): it fuses the 0-d chain of the steps' counter and predicate selects into
+    one op placed before a later step's `reduce`, which that op reads. The default
+    fusion compiles it, and `whilst.compile` falls back to it (14 programs of
+    tests/test_iree_corpus.py fail so)."""
+    W = (np.eye(4, dtype=np.float32) * 0.5 + 0.05).astype(np.float32)
+
+    def fixed_point(x):
+        def body(i, x, dx):
+            y = jnp.tanh(W @ x)
+            return i + 1, y, jnp.max(jnp.abs(y - x))
+        return whilst.while_loop(lambda i, x, dx: dx > 1e-4, body, [0, x, jnp.inf],
+                                 maximum_iterations=100, unroll=32)[:2]
+    return fixed_point, (np.ones(4, np.float32),)
+
+
 CASES = {
+    "aggressive_fusion_dominance": aggressive_fusion_dominance,
+    "point_gather_after_dot": point_gather_after_dot,
     "wide_window_scatter": wide_window_scatter,
 }
 
@@ -45,12 +103,17 @@ def outcome(name, save=None) -> str:
     if save:
         with open(os.path.join(save, f"{name}.mlir"), "w") as f:
             f.write(text)
-    try:
-        compile_text(text)
-    except CompileError as e:
-        lines = [l for l in str(e).splitlines() if "error" in l or "Error code" in l]
-        return "iree-compile fails: " + " | ".join(lines[:3])[:400]
-    return "compiles"
+    results = []
+    for aggressive in (False, True):
+        try:
+            tools.compile_str(text, extra_args=compile_flags(("llvm-cpu",),
+                                                             aggressive_fusion=aggressive))
+            result = "compiles"
+        except tools.CompilerToolError as e:
+            lines = [l for l in str(e).splitlines() if "error" in l or "Error code" in l]
+            result = "iree-compile fails: " + " | ".join(lines[:3])[:400]
+        results.append(f"{'aggressive' if aggressive else 'default'} fusion: {result}")
+    return "; ".join(results)
 
 
 def main():

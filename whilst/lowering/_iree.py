@@ -128,11 +128,22 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
     return gpu_arch or TARGETS[target].default_arch
 
 
-def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
+# IREE 3.13 forms one dispatch per scalar value that several ops read; with this flag
+# it fuses across such values (bench/fusion_ab.py: loops 1.08-1.88x faster on llvm-cpu),
+# but iree-compile fails on some programs with it ("operand #N does not dominate this
+# use", bench/iree_limits/reproduce.py aggressive_fusion_dominance; 14 of the 61
+# programs of tests/test_iree_corpus.py), so whilst falls back to the default fusion
+# then (`compile_module`).
+AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
+
+
+def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
 
     `gpu_arch` is one architecture for every GPU target or a dict
     `{target: arch}`; GPU targets without one get their `Target.default_arch`.
+    `aggressive_fusion` sets AGGRESSIVE_FUSION (named either way, so the compile
+    cache tells the two apart).
     """
     _check_targets(targets)
     devices = ",".join(TARGETS[t].device for t in targets)
@@ -140,7 +151,8 @@ def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
     # steps whose results are discarded (whilst.ir._stacks): by design, not a bug
     # in the user's program, so IREE's warning about it is off.
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}",
-             "--iree-global-opt-enable-warn-on-uninitialized-values=false"]
+             "--iree-global-opt-enable-warn-on-uninitialized-values=false",
+             f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
     if len(targets) > 1:
         flags.append("--iree-hal-link-executables=false")
     for t in targets:
@@ -157,6 +169,16 @@ def compile_flags(targets, cpu="host", gpu_arch=None) -> list[str]:
     return flags
 
 
+def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
+    """The `compile_flags` that `compile_module` tries, in order: with aggressive
+    fusion first for modules whose targets are all llvm-cpu (measured there only),
+    then without it."""
+    plain = compile_flags(targets, cpu, gpu_arch)
+    if all(t == "llvm-cpu" for t in targets):
+        return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True), plain]
+    return [plain]
+
+
 def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
     """What a module records about its targets: `[{"name", "arch", "drivers"}]`,
     `arch` being the CPU for llvm-cpu and the GPU architecture otherwise."""
@@ -165,24 +187,37 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
              "drivers": list(TARGETS[t].drivers)} for t in targets]
 
 
-def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
-                 extra_flags=()) -> bytes:
-    """Compile prepared module text to `.vmfb` bytes, raising `CompileError` with
-    IREE's diagnostics when it fails."""
+def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
+                   extra_flags=()) -> tuple[bytes, list[str]]:
+    """Compile prepared module text with the first of `flag_sets(targets, cpu,
+    gpu_arch)` that iree-compile accepts: `(vmfb bytes, that flag set)`.
+
+    Raises:
+      CompileError: every flag set failed; IREE's diagnostics for the last one.
+    """
     from iree.compiler import tools
 
-    flags = [*compile_flags(targets, cpu, gpu_arch), *extra_flags]
-    try:
-        return tools.compile_str(text, extra_args=flags)
-    except tools.CompilerToolError as e:
-        raise CompileError(f"iree-compile failed for targets {list(targets)}:\n{e}") from None
+    for flags in flag_sets(targets, cpu, gpu_arch):
+        try:
+            return tools.compile_str(text, extra_args=[*flags, *extra_flags]), flags
+        except tools.CompilerToolError as e:
+            error = e
+    raise CompileError(f"iree-compile failed for targets {list(targets)}:\n{error}") from None
+
+
+def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
+                 extra_flags=()) -> bytes:
+    """Compile prepared module text to `.vmfb` bytes (`compile_module`), raising
+    `CompileError` with IREE's diagnostics when it fails."""
+    return compile_module(text, targets, cpu, gpu_arch, extra_flags)[0]
 
 
 def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host") -> str:
-    """The module after IREE's stream phase (`--compile-to=stream`), as text."""
+    """The module after IREE's stream phase (`--compile-to=stream`) with the first
+    of `flag_sets`, as text."""
     from iree.compiler import tools
 
-    flags = [*compile_flags(targets, cpu), "--compile-to=stream"]
+    flags = [*flag_sets(targets, cpu)[0], "--compile-to=stream"]
     return tools.compile_str(text, extra_args=flags).decode()
 
 
@@ -206,3 +241,32 @@ def stream_copy_sizes(stream_text: str) -> list[int | None]:
         ir.Module.parse(stream_text).operation.walk(visit)
     return sizes
 
+
+
+def loop_counts(stream_text: str) -> list[tuple[int, int]]:
+    """`[(loads, dispatches)]` for each block of a stream-phase function that branches
+    back to itself (an emitted loop), counting `stream.resource.load` (device-to-host
+    readbacks) and `stream.cmd.dispatch` ops: the work of one loop iteration."""
+    from iree.compiler import ir
+
+    loops = []
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(stream_text)
+        for func in module.body.operations:
+            if func.operation.name != "util.func" or not func.regions[0].blocks:
+                continue
+            for block in func.regions[0].blocks:
+                if block not in list(list(block.operations)[-1].operation.successors):
+                    continue
+                counts = {"stream.resource.load": 0, "stream.cmd.dispatch": 0}
+
+                def visit(op, counts=counts):
+                    if op.operation.name in counts:
+                        counts[op.operation.name] += 1
+                    return ir.WalkResult.ADVANCE
+
+                for op in block.operations:
+                    op.operation.walk(visit)
+                loops.append(tuple(counts.values()))
+    return loops

@@ -22,6 +22,17 @@ pieces' producers::
 
     concatenate([a, b, c], axis)     # each one slice thick along axis
       == select(iota == 0, broadcast(a), select(iota == 1, broadcast(b), broadcast(c)))
+
+A `stablehlo.gather` of one element (`x[k]` read at a computed position, e.g.
+what the gradient of `history.at[k].set(v)` reads) becomes, in IREE 3.13, a
+`tensor.extract` inside an elementwise op; fused with a reduction (a dot
+product in the same loop step, as aggressive fusion does in the gradient of
+samples/cg.py), llvm-cpu codegen of that dispatch fails ("'arith.select' op
+failed to verify", `bench/iree_limits/reproduce.py point_gather_after_dot`).
+`point_gathers_as_slices` reads such elements with `stablehlo.dynamic_slice`,
+which clamps the position as the gather does::
+
+    gather(x, [i, j])  ==  reshape(dynamic_slice(x, i, j, sizes=[1, 1]))
 """
 from __future__ import annotations
 
@@ -32,9 +43,10 @@ SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for
 
 
 def fusible_small_tensor_code(module) -> None:
-    """Apply both rewrites of this module to `module`, in place."""
+    """Apply the rewrites of this module to `module`, in place."""
     broadcast_select_predicates(module)
     small_stacks_as_selects(module)
+    point_gathers_as_slices(module)
 
 
 def broadcast_select_predicates(module) -> None:
@@ -59,6 +71,58 @@ def small_stacks_as_selects(module) -> None:
         selected = _as_selects(op)
         op.results[0].replace_all_uses_with(selected)
         op.erase()
+
+
+def point_gathers_as_slices(module) -> None:
+    """Rewrite every gather of one element (`_point_gather`) of `module` as a
+    `stablehlo.dynamic_slice`, in place."""
+    from iree.compiler import ir
+
+    for op in ops_where(module, _point_gather):
+        indices = op.operands[1]
+        position = ir.RankedTensorType(indices.type)
+        scalar = ir.RankedTensorType.get([], position.element_type)
+        one = ir.RankedTensorType.get([1], position.element_type)
+        rank = position.shape[0]
+        operand = ir.RankedTensorType(op.operands[0].type)
+        with ir.InsertionPoint(op), op.location:
+            starts = []
+            for k in range(rank):
+                piece = ir.Operation.create(
+                    "stablehlo.slice", results=[one], operands=[indices],
+                    attributes={"start_indices": ir.DenseI64ArrayAttr.get([k]),
+                                "limit_indices": ir.DenseI64ArrayAttr.get([k + 1]),
+                                "strides": ir.DenseI64ArrayAttr.get([1])}).result
+                starts.append(ir.Operation.create("stablehlo.reshape", results=[scalar],
+                                                  operands=[piece]).result)
+            element = ir.Operation.create(
+                "stablehlo.dynamic_slice",
+                results=[ir.RankedTensorType.get([1] * rank, operand.element_type)],
+                operands=[op.operands[0], *starts],
+                attributes={"slice_sizes": ir.DenseI64ArrayAttr.get([1] * rank)}).result
+            value = ir.Operation.create("stablehlo.reshape", results=[op.results[0].type],
+                                        operands=[element]).result
+        op.results[0].replace_all_uses_with(value)
+        op.erase()
+
+
+def _point_gather(op) -> bool:
+    """Whether `op` is a `stablehlo.gather` of one element of a static rank-r operand
+    at the position given by its indices, a static `[r]` vector (the form of `x[i, j]`)."""
+    from iree.compiler import ir
+
+    if op.name != "stablehlo.gather" or ir.RankedTensorType(op.results[0].type).rank != 0:
+        return False
+    operand = ir.RankedTensorType(op.operands[0].type)
+    indices = ir.RankedTensorType(op.operands[1].type)
+    if (operand.rank == 0 or not operand.has_static_shape or indices.rank != 1
+            or not indices.has_static_shape or indices.shape[0] != operand.rank):
+        return False
+    dims = ", ".join(str(d) for d in range(operand.rank))
+    point = ir.Attribute.parse(
+        f"#stablehlo.gather<collapsed_slice_dims = [{dims}], start_index_map = [{dims}]>")
+    return (op.attributes["dimension_numbers"] == point
+            and list(ir.DenseI64ArrayAttr(op.attributes["slice_sizes"])) == [1] * operand.rank)
 
 
 def _scalar_predicate_select(op) -> bool:
