@@ -242,7 +242,6 @@ def stream_copy_sizes(stream_text: str) -> list[int | None]:
     return sizes
 
 
-
 def loop_counts(stream_text: str) -> list[tuple[int, int]]:
     """`[(loads, dispatches)]` for each block of a stream-phase function that branches
     back to itself (an emitted loop), counting `stream.resource.load` (device-to-host
