@@ -530,7 +530,8 @@ CHECKPOINT = [
 GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the module)
     # Reproduced by the case itself (whilst.compile of case.fn):
-    "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage",
+    "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage "
+    "(too many host branches in one loop body; bench/iree_limits/branches_in_loop.py)",
 }
 
 
