@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+import whilst
 from whilst.ir._batched_scatter import explicit_batch_indices
 from whilst.ir._tracing import call
 
@@ -57,3 +58,47 @@ def test_explicit_form_equals_the_batched_scatter(name):
 def test_unbatched_scatters_are_left_alone():
     jaxpr = jax.make_jaxpr(lambda t, j, r: t.at[j].set(r))(TABLE[0], np.int32(0), ROW[0])
     assert explicit_batch_indices(jaxpr) is jaxpr
+
+
+def _scan_writes(t, ks, r):
+    """t[k] += r for each k of ks, in a lax.scan."""
+    return lax.scan(lambda t, k: (t.at[k].add(r), None), t, ks)[0]
+
+
+EXPORTED = {  # name -> (fn vmapped over lanes, numpy oracle of one lane)
+    "set": (lambda t, k, r: t.at[k].set(r), lambda t, k, r: _np_write(t, k, r, False)),
+    "add_in_jit": (jax.jit(lambda t, k, r: t.at[k].add(r * 2)),
+                   lambda t, k, r: _np_write(t, k, r * 2, True)),
+    "update_index": (lambda t, k, r: lax.dynamic_update_index_in_dim(t, r, k, 0),
+                     lambda t, k, r: _np_write(t, min(max(k, 0), len(t) - 1), r, False)),
+    "read_then_write": (lambda t, k, r: t.at[(k + 1) % 5].set(t[k] - r),
+                        lambda t, k, r: _np_write(t, (k + 1) % 5, t[k] - r, False)),
+    "scan_of_writes": (lambda t, k, r: _scan_writes(t, jnp.stack([k, 4 - k, k]), r),
+                       lambda t, k, r: _np_write(_np_write(_np_write(t, k, r, True), 4 - k, r,
+                                                           True), k, r, True)),
+}
+
+
+def _np_write(t, k, r, add):
+    t = t.copy()
+    t[k] = t[k] + r if add else r
+    return t
+
+
+def test_vmapped_writes_outside_loops_run_on_iree():
+    """`jax.vmap` of writes at per-lane positions, at the top level of the exported
+    function, in a jitted helper and in a lax.scan, against numpy."""
+    ks = np.array([0, 4, 2], np.int32)
+    module = whilst.compile([whilst.export(jax.vmap(fn), TABLE, ks, ROW, name=name)
+                             for name, (fn, _) in EXPORTED.items()]).load()
+    for name, (_, oracle) in EXPORTED.items():
+        want = np.stack([oracle(t, int(k), r) for t, k, r in zip(TABLE, ks, ROW)])
+        np.testing.assert_array_equal(module[name](TABLE, ks, ROW), want, err_msg=name)
+
+
+def test_export_alone_rewrites():
+    """The exported module has no batched scatter; `jax.jit` (XLA) keeps its own."""
+    fn = jax.vmap(EXPORTED["scan_of_writes"][0])
+    ks = np.zeros(B, np.int32)
+    assert "input_batching_dims" not in whilst.export(fn, TABLE, ks, ROW).text
+    assert "input_batching_dims" in jax.jit(fn).lower(TABLE, ks, ROW).as_text()

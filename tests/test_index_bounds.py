@@ -35,6 +35,8 @@ PROGRAMS = {  # name -> fn(x: f32[5, 3], idx: i32[2])
     "mul_column": lambda x, idx: x.at[idx, 1].multiply(3.0),
     "min_rows": lambda x, idx: x.at[idx].min(-100.0),
     "max_uint8_index": lambda x, idx: x.at[idx.astype(jnp.uint8)].max(100.0),
+    "scan_of_gets_and_adds": lambda x, idx: lax.scan(
+        lambda c, k: (c.at[idx + k].add(1.0) + c[idx - k].sum(), None), x, jnp.arange(4))[0],
     "dynamic_slice": lambda x, idx: lax.dynamic_slice(x, (idx[0], idx[1]), (2, 2)),
     "dynamic_update_slice": lambda x, idx: lax.dynamic_update_slice(x, -x[:2, :2],
                                                                    (idx[0], idx[1])),

@@ -14,7 +14,8 @@ the batch position as one more index column, which IREE compiles::
                                             # into operand dims (1, 0); no batching dims
 
 The extra columns always lie in bounds, so every mode (clip, fill or drop,
-promise in bounds) treats the windows as before.
+promise in bounds) treats the windows as before. Scatters in the bodies of jax's
+cond, scan and while are rewritten too (`_rewrite.into_control_flow`).
 """
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr
 
 from whilst._jax_compat import is_constant_shape
-from whilst.ir._rewrite import rewrite_equations
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 
 def explicit_batch_indices(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its scatters that have batching dimensions in the explicit
     form of the module docstring; the same jaxpr object when it has none."""
-    return rewrite_equations(jaxpr, _rule, "explicit_batch_indices")
+    return rewrite_equations(jaxpr, _RULE, "explicit_batch_indices")
 
 
 def _rule(eqn):
@@ -76,3 +77,6 @@ def _explicit(primitive, operand, indices, updates, *, dimension_numbers, indice
                           lax.squeeze(updates, tuple(sorted(squeezed))),
                           dimension_numbers=explicit, indices_are_sorted=False, mode=mode,
                           **params)
+
+
+_RULE = into_control_flow(_rule)

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
-from whilst.ir._rewrite import rewrite_equations
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 
 def ieee_math(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its `pow`s of array exponents and its `atan2`s in the forms of
     the module docstring; the same object when it has none."""
-    return rewrite_equations(jaxpr, _rule, "ieee_math")
+    return rewrite_equations(jaxpr, _RULE, "ieee_math")
 
 
 def _rule(eqn):
@@ -78,3 +78,6 @@ def _atan2(y, x, **params):
     signed = lax.select(_signbit(y), lax.neg(a), a)
     either_nan = lax.bitwise_or(lax.ne(x, x), lax.ne(y, y))
     return lax.select(either_nan, lax.full_like(signed, jnp.nan), signed)
+
+
+_RULE = into_control_flow(_rule)

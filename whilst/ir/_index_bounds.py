@@ -27,7 +27,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr
 
 from whilst._jax_compat import is_constant_shape
-from whilst.ir._rewrite import rewrite_equations
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 Mode = lax.GatherScatterMode
 _ARITHMETIC = {"scatter-add", "scatter-sub", "scatter-mul", "scatter-min", "scatter-max"}
@@ -36,7 +36,7 @@ _ARITHMETIC = {"scatter-add", "scatter-sub", "scatter-mul", "scatter-min", "scat
 def in_bounds_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its gathers and dropping scatters in the forms of the module
     docstring; the same object when it has none."""
-    return rewrite_equations(jaxpr, _rule, "in_bounds_indexing")
+    return rewrite_equations(jaxpr, _RULE, "in_bounds_indexing")
 
 
 def _rule(eqn):
@@ -212,3 +212,6 @@ def _through_padding(primitive, operand, clipped, inside, updates, highs, kwargs
     kwargs = dict(kwargs, indices_are_sorted=False)
     written = primitive.bind(padded, sent, updates, unique_indices=False, **kwargs)
     return lax.slice(written, (0,) * operand.ndim, operand.shape)
+
+
+_RULE = into_control_flow(_rule)

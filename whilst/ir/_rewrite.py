@@ -8,19 +8,41 @@ The export-time rewrites (`_onehot.py`, `_batched_scatter.py`,
             f = rule(eqn)
             outs = f(*inputs, **eqn.params) if f else eqn.primitive.bind(*inputs, ...)
 
-Ops inside other control flow (cond, scan, while) stay as they are, unless a rule
-rewrites the control flow op itself (`_symbolic_indexing.py` does for `cond`).
+Ops inside other control flow (cond, scan, while) stay as they are, unless the
+rule is `into_control_flow(rule)`, which rewrites their sub-jaxprs too.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from jax.extend.core import ClosedJaxpr, Literal
+from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params
 
 from whilst.ir._tracing import trace_closed
 
 INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
            "custom_jvp_call": "call_jaxpr"}  # call primitive -> its jaxpr parameter
+CONTROL_FLOW = frozenset({"cond", "scan", "while"})  # jax's, with closed sub-jaxprs
+
+
+def into_control_flow(rule: Callable) -> Callable:
+    """`rule`, also picking each `CONTROL_FLOW` equation whose sub-jaxprs hold
+    equations it picks: bound again with every closed sub-jaxpr in its params
+    (alone or in a tuple, as cond's branches) rewritten the same way."""
+    def extended(eqn):
+        picked = rule(eqn)
+        if picked is not None or eqn.primitive.name not in CONTROL_FLOW or not any(
+                _rewritable(_open(j), extended) for j in jaxprs_in_params(eqn.params)):
+            return picked
+
+        def rewritten(value):
+            if isinstance(value, ClosedJaxpr):
+                return rewrite_equations(value, extended, f"{eqn.primitive.name}_body")
+            if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
+                return tuple(map(rewritten, value))
+            return value
+        sub_jaxprs = {k: rewritten(v) for k, v in eqn.params.items()}
+        return lambda *operands, **params: eqn.primitive.bind(*operands, **sub_jaxprs)
+    return extended
 
 
 def rewrite_equations(jaxpr: ClosedJaxpr, rule: Callable, name: str) -> ClosedJaxpr:

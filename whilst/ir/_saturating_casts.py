@@ -19,13 +19,13 @@ import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr
 
-from whilst.ir._rewrite import rewrite_equations
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 
 def saturating_casts(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its float-to-integer conversions in the form of the module
     docstring; the same object when it has none."""
-    return rewrite_equations(jaxpr, _rule, "saturating_casts")
+    return rewrite_equations(jaxpr, _RULE, "saturating_casts")
 
 
 def _rule(eqn):
@@ -61,3 +61,6 @@ def _inside(float_dtype, bound: int, sign: int):
         bits = np.dtype(f"u{float_dtype.itemsize}")
         value = (value.view(bits) - np.array(1, bits)).view(float_dtype)
     return value
+
+
+_RULE = into_control_flow(_rule)

@@ -15,7 +15,7 @@ size only: each symbolic dimension a window spans whole is indexed by an iota::
 `symbolic_indexing(jaxpr)` rewrites a jaxpr's such ops (`dynamic_slice`,
 `gather`, `dynamic_update_slice`, and the rank changes `squeeze` and `reshape`
 to or from size-1 dims, which JAX lowers to `dynamic_reshape`, also rejected),
-in `cond` branches too; `read_row` and `write_row` are the row pop and push of
+in cond, scan and while bodies too; `read_row` and `write_row` are the row pop and push of
 `_while_lowering.py` in these forms.
 """
 from __future__ import annotations
@@ -23,11 +23,10 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr
-from jax.extend.core.primitives import cond_p
 
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._index_bounds import clip_index
-from whilst.ir._rewrite import rewrite_equations
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 GatherScatterMode = lax.GatherScatterMode
 
@@ -40,7 +39,7 @@ def has_symbolic_rows(stack_shape) -> bool:
 def symbolic_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with its indexing ops over symbolic whole-dimension windows in the
     forms of the module docstring; the same object when it has none."""
-    return rewrite_equations(jaxpr, _rule, "symbolic_indexing")
+    return rewrite_equations(jaxpr, _RULE, "symbolic_indexing")
 
 
 def read_row(stack, at):
@@ -178,12 +177,6 @@ def _dynamic_update_slice(operand, update, *starts):
 
 def _rule(eqn):
     name = eqn.primitive.name
-    if name == "cond":  # its branches rewritten
-        rewritten = tuple(symbolic_indexing(b) for b in eqn.params["branches"])
-        if all(new is old for new, old in zip(rewritten, eqn.params["branches"])):
-            return None
-        return lambda *operands, branches, **params: cond_p.bind(
-            *operands, branches=rewritten, **params)
     shape = eqn.invars[0].aval.shape if eqn.invars else ()
     if is_constant_shape(shape):
         return None
@@ -206,3 +199,6 @@ def _rule(eqn):
     if name == "dynamic_update_slice":
         return _dynamic_update_slice
     return None
+
+
+_RULE = into_control_flow(_rule)
