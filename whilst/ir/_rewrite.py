@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jax.extend.core import ClosedJaxpr, Literal, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._tracing import trace_closed
 
@@ -30,8 +30,7 @@ def into_control_flow(rule: Callable) -> Callable:
     (alone or in a tuple, as cond's branches) rewritten the same way."""
     def extended(eqn):
         picked = rule(eqn)
-        if picked is not None or eqn.primitive.name not in CONTROL_FLOW or not any(
-                _rewritable(_open(j), extended) for j in jaxprs_in_params(eqn.params)):
+        if picked is not None or eqn.primitive.name not in CONTROL_FLOW:
             return picked
 
         def rewritten(value):
@@ -41,6 +40,8 @@ def into_control_flow(rule: Callable) -> Callable:
                 return tuple(map(rewritten, value))
             return value
         sub_jaxprs = {k: rewritten(v) for k, v in eqn.params.items()}
+        if all(sub_jaxprs[k] is v for k, v in eqn.params.items()):
+            return None
         return lambda *operands, **params: eqn.primitive.bind(*operands, **sub_jaxprs)
     return extended
 
@@ -49,10 +50,17 @@ def rewrite_equations(jaxpr: ClosedJaxpr, rule: Callable, name: str) -> ClosedJa
     """`jaxpr` with each equation `eqn` for which `rule(eqn)` returns a function
     `f` computed as `f(*inputs, **eqn.params)` (its results as the primitive's),
     the `INLINED` calls evaluated in line; the same jaxpr object when `rule` picks
-    no equation."""
-    if not _rewritable(jaxpr.jaxpr, rule):
+    no equation. `rule` is asked once per equation."""
+    picks = {}  # id(eqn) -> rule(eqn); the equations live as long as `jaxpr`
+
+    def picked(eqn):
+        if id(eqn) not in picks:
+            picks[id(eqn)] = rule(eqn)
+        return picks[id(eqn)]
+
+    if not _rewritable(jaxpr.jaxpr, picked):
         return jaxpr
-    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, rule, *args),
+    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, picked, *args),
                         jaxpr.in_avals, name)
 
 
