@@ -96,11 +96,17 @@ def _all_fit(columns, highs, indices_shape):
     return inside
 
 
-def _window_sizes(operand_shape, updates_shape, dn):
-    """The update window's size along each indexed operand dim (1 where inserted)."""
+def _window_shape(operand_shape, updates_shape, dn) -> tuple:
+    """The update window's size along each operand dim (1 where inserted)."""
     windows = [d for d in range(len(operand_shape)) if d not in dn.inserted_window_dims]
     size = {d: updates_shape[u] for d, u in zip(windows, dn.update_window_dims)}
-    return [size.get(d, 1) for d in dn.scatter_dims_to_operand_dims]
+    return tuple(size.get(d, 1) for d in range(len(operand_shape)))
+
+
+def _window_sizes(operand_shape, updates_shape, dn):
+    """The update window's size along each indexed operand dim (1 where inserted)."""
+    shape = _window_shape(operand_shape, updates_shape, dn)
+    return [shape[d] for d in dn.scatter_dims_to_operand_dims]
 
 
 def _static_windows(operand, updates, dn) -> bool:
@@ -187,16 +193,11 @@ def _identity(name, dtype, shape):
 
 def _windows_at(operand, clipped, updates, dn):
     """The operand's windows at `clipped`, shaped as `updates` (the scatter's dual gather)."""
-    sizes = dict(zip(dn.scatter_dims_to_operand_dims, _window_sizes(operand.shape, updates.shape,
-                                                                     dn)))
-    windows = [d for d in range(operand.ndim) if d not in dn.inserted_window_dims]
-    window_size = {d: updates.shape[u] for d, u in zip(windows, dn.update_window_dims)}
-    slice_sizes = tuple(window_size.get(d, sizes.get(d, 1)) for d in range(operand.ndim))
     gather_dims = lax.GatherDimensionNumbers(offset_dims=dn.update_window_dims,
                                              collapsed_slice_dims=dn.inserted_window_dims,
                                              start_index_map=dn.scatter_dims_to_operand_dims)
-    return lax.gather(operand, clipped, gather_dims, slice_sizes,
-                      mode=Mode.PROMISE_IN_BOUNDS)
+    return lax.gather(operand, clipped, gather_dims,
+                      _window_shape(operand.shape, updates.shape, dn), mode=Mode.PROMISE_IN_BOUNDS)
 
 
 def _through_padding(primitive, operand, clipped, inside, updates, highs, kwargs):
