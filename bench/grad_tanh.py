@@ -76,13 +76,12 @@ def equinox_loss(W, x0, n, *, max_steps):
 
 
 def _scan_residual_bytes(steps: int) -> int:
-    """Bytes lax.scan stacks for the gradient: its residual outputs, one row per step."""
+    """Bytes lax.scan stacks for the gradient: the residuals `jax.vjp` keeps whose
+    leading dim is the step count (one row per step)."""
     W, x0 = inputs()
-    jaxpr = jax.make_jaxpr(jax.grad(functools.partial(scan_loss, steps=steps)))(W, x0)
-    scan = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan")
-    n_stacked = len(scan.outvars) - scan.params["num_carry"]
-    return sum(int(np.prod(v.aval.shape)) * v.aval.dtype.itemsize
-               for v in scan.outvars[-n_stacked:])
+    _, scan_vjp = jax.vjp(functools.partial(scan_loss, steps=steps), W, x0)
+    return sum(r.nbytes for r in jax.tree_util.tree_leaves(scan_vjp)
+               if r.ndim and r.shape[0] == steps)
 
 
 class Variant:
