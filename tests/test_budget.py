@@ -106,6 +106,16 @@ def test_cost_is_flat_in_maximum_iterations():
     assert stored[0] == 256 and stored[1] == stored[2] < 1 << 16
 
 
+def test_one_accumulator_per_constant_across_the_switch():
+    """The head's gradient While continues the tail's constant cotangents: no second
+    accumulator summed after the loops (jax.grad with respect to w only)."""
+    grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
+    eqns = jax.make_jaxpr(grad)(W).jaxpr.eqns
+    assert [e.params["role"] for e in eqns if e.primitive.name == "functional_while"
+            ].count("gradient") == 2
+    assert not [e for e in eqns if e.primitive.name == "add_any"]
+
+
 def test_jit_vmap_per_example_trip_counts_and_switch():
     ns = jnp.array([0, 2, 5, 30])
     xs = jnp.stack([X, X * 0.5, X + 0.3, -X])

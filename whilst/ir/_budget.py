@@ -12,7 +12,9 @@ the same steps::
     return n_head + n_tail, carry
 
 The tail tests `cond` once more where the head stopped, so it takes no step
-when the loop ended within the head. Its gradient runs first, then the head's.
+when the loop ended within the head. Its gradient runs first, then the head's,
+which starts its constants' cotangents from the tail's (one accumulator each,
+not two summed after the loops).
 `head_rows` and `K` share the budget: K copies of the carry take at most a
 quarter of it (2 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest; a
 head of fewer than 2 steps is left out (a loop of its own for one stored step
@@ -73,7 +75,8 @@ def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jax
     if head_rows:
         (n_head, *carry), (_, *carry_nz), head_res, head_linearized = stored_linearize(
             steps, *cond_consts, *body_consts, lax.min(bound, np.int32(head_rows)), *carry,
-            static_bound=head_rows, gradient_memory=gradient_memory, **loop)
+            static_bound=head_rows, gradient_memory=gradient_memory, passes_dconsts=True,
+            **loop)
 
     tail_out, tail_nz, tail_res, tail_linearized = checkpointed_linearize(
         [*cond_nz, False, *const_nz, False, False, *carry_nz],
@@ -91,7 +94,10 @@ def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jax
         cond_t, const_t, (bound_t,), carry_t = split_list(
             list(tangents), [cond_nconsts, body_nconsts, 1])
         if head_rows:
-            carry_t = head_linearized(res_head, *tangents)[1:]
+            # The constants' tangents pass through the head's linear While, so the
+            # head's gradient While continues the tail's constant cotangents.
+            carry_t, const_t = split_list(head_linearized(res_head, *tangents)[1:],
+                                          [len(carry_t)])
         return tail_linearized(res_tail, *cond_t, offset_zero, *const_t, offset_zero,
                                bound_t, *carry_t)
 
