@@ -3,8 +3,8 @@ checkpoint and unroll tests, compiled by IREE (llvm-cpu) and run by the embedded
 runtime, against plain-Python / numpy loops or `jax.grad` of the unrolled loop.
 
 Programs are grouped into a few modules (one iree-compile each); small sizes keep
-the file fast. A program IREE 3.13 cannot run is marked xfail with the limitation
-and its reproducer, and `whilst.compile` must refuse it (`test_refused`).
+the file fast. Every program runs; one that IREE 3.13 cannot compile must be
+refused by `whilst.compile` (`test_refused`).
 """
 import collections
 import dataclasses
@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import whilst
 from conftest import nested_sin_oracle, unrolled
@@ -528,20 +529,17 @@ CHECKPOINT = [
 ]
 
 GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
-XFAIL = {  # case name -> the IREE 3.13 limitation (iree-compile rejects the module)
-    # Reproduced by the case itself (whilst.compile of case.fn):
-    "checkpoint_jvp_and_grad_of_grad": "iree-compile: failed to solve for timepoint coverage "
-    "(too many host branches in one loop body; bench/iree_limits/branches_in_loop.py)",
-}
-
 
 # Programs iree-compile 3.13 rejects with aggressive fusion ("operand #N does not
-# dominate this use"; bench/iree_limits/reproduce.py aggressive_fusion_dominance):
-# whilst.compile falls back to the default fusion for them. They are compiled in
-# modules of their own, so the others run with aggressive fusion.
+# dominate this use"; bench/iree_limits/reproduce.py aggressive_fusion_dominance;
+# checkpoint_jvp_and_grad_of_grad: "failed to solve for timepoint coverage",
+# bench/iree_limits/branches_in_loop.py): whilst.compile falls back to the default
+# fusion for them. They are compiled in modules of their own, so the others run
+# with aggressive fusion.
 WITHOUT_AGGRESSIVE_FUSION = {
     "budget_grad_unbounded", "budget_switch_n13", "budget_switch_n4", "budget_vmap_of_grad",
     "checkpoint_data_dependent_stop", "checkpoint_float_cond", "checkpoint_grad_n0",
+    "checkpoint_jvp_and_grad_of_grad",
     "checkpoint_grad_n12", "checkpoint_grad_n5", "checkpoint_grad_traced_n", "checkpoint_nested",
     "grad_struct_carry", "readme_fixed_point_forward", "two_zeros_carries",
 }
@@ -557,8 +555,7 @@ def modules():
     for group, cases in GROUPS.items():
         for aggressive in (True, False):
             exports = [whilst.export(c.fn, *c.args, name=c.name) for c in cases
-                       if c.name not in XFAIL
-                       and (c.name in WITHOUT_AGGRESSIVE_FUSION) != aggressive]
+                       if (c.name in WITHOUT_AGGRESSIVE_FUSION) != aggressive]
             if not exports:
                 continue
             module = whilst.compile(exports)
@@ -579,19 +576,25 @@ def assert_tree_close(got, want, rtol):
 @pytest.mark.parametrize("group, case", [(g, c) for g, cs in GROUPS.items() for c in cs],
                          ids=[c.name for cs in GROUPS.values() for c in cs])
 def test_runs_on_iree_like_the_oracle(modules, group, case):
-    if case.name in XFAIL:
-        pytest.xfail(XFAIL[case.name])
     got = modules[group, case.name not in WITHOUT_AGGRESSIVE_FUSION][case.name](*case.args)
     assert_tree_close(got, case.want(*case.args), case.rtol)
 
 
-@pytest.mark.parametrize("name", sorted(XFAIL))
-def test_refused(name):
-    """The programs IREE 3.13 cannot run never become a module: whilst.compile raises
-    whilst.CompileError with IREE's diagnostics."""
-    (case,) = [c for cs in GROUPS.values() for c in cs if c.name == name]
+def test_refused():
+    """A program IREE 3.13 cannot compile never becomes a module: whilst.compile
+    raises whilst.CompileError with IREE's diagnostics. Here a loop body scatters
+    2 x 2 windows (bench/iree_limits/reproduce.py wide_window_scatter)."""
+    dims = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
+                                      scatter_dims_to_operand_dims=(0, 1))
+
+    def add_windows(x, starts, n):
+        return wl(lambda i, x: i < n, lambda i, x: (
+            i + 1, lax.scatter_add(x, starts + i, jnp.ones((2, 2, 2), x.dtype), dims)),
+            [0, x])[1]
+
     with pytest.raises(whilst.CompileError, match="iree-compile failed"):
-        whilst.compile(case.fn, *case.args)
+        whilst.compile(add_windows, np.zeros((5, 3), f32), np.array([[0, 1], [2, 0]], np.int32),
+                       np.int32(1))
 
 
 def test_runtime_failure_is_one_clear_error():

@@ -41,7 +41,11 @@ StableHLO: `jax.grad` of one checkpointed loop holds two `stablehlo.while`: the
 forward (a) and the gradient While; the schedule is integer code: one
 `stablehlo.case` picks reverse, advance, or advance and store, and in the two
 re-planning branches one more computes the binomial split only for segments
-longer than the free slots + 2 (shorter ones store every step).
+longer than the free slots + 2 (shorter ones store every step). Linearizing a
+gradient While again (role "gradient": grad of grad) first computes every
+branch of those and selects one (`_selected_branches.py`), in its body and in
+the new gradient While's: iree-compile 3.13 fails on the host branches they
+would multiply.
 
 References: A. Griewank, "Achieving logarithmic growth of temporal and spatial
 complexity in reverse automatic differentiation", Optim. Methods Softw. 1 (1992);
@@ -68,6 +72,7 @@ from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
+from whilst.ir._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed
 
 
@@ -87,6 +92,9 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     """The linearize rule of `functional_while_p` when `checkpoints` is set."""
     del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
     K = checkpoints
+    schedule_selected = role == "gradient"  # a gradient of a gradient While
+    if schedule_selected:
+        body_jaxpr = selected_schedule(body_jaxpr)
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     _, carry_nz = jvp_body(body_jaxpr, const_nz, carry_nz)
@@ -130,7 +138,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out = checkpointed_linear_while_p.bind(
             *n, *pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=body_jaxpr,
-            checkpoints=K, const_nz=tuple(const_nz), carry_nz=tuple(carry_nz), name=name)
+            checkpoints=K, const_nz=tuple(const_nz), carry_nz=tuple(carry_nz), name=name,
+            schedule_selected=schedule_selected)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
@@ -161,7 +170,7 @@ def _split_linear_operands(operands, body_jaxpr, const_nz, carry_nz):
 
 
 def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_nz,
-                                     carry_nz, name):
+                                     carry_nz, name, schedule_selected):
     """`checkpointed_linear_while_p` applied forwards, as a `functional_while_p`::
 
         x = [s[0] for s in slots]                  # slot 0 holds step 0
@@ -169,6 +178,7 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
             x, dcarry = jvp(body)((consts, i, x), (dconsts, dcarry))
         return dcarry
     """
+    del schedule_selected  # the gradient While's (`_transpose`)
     n, _, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
     body_jvp, _ = jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
@@ -211,7 +221,8 @@ mlir.register_lowering(checkpointed_linear_while_p,
 
 # ------------------------------------------- the checkpointed gradient While
 
-def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name):
+def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name,
+               schedule_selected):
     """The gradient While: the schedule's state machine, in the stack form of the
     `_checkpoint_schedule` docstring. Its integer state is one vector
     `[cur, fine, target, h, store_slot]` (one loop-carried buffer rather than five:
@@ -247,8 +258,9 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         L = fine - top
         # Up to free + 2 steps the split is 1 (store every step); the binomial one is
         # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
-        split = lax.cond((free > 0) & (L > free + 2), lambda L, s: split_jnp(L, s, K),
-                         lambda L, s: jnp.ones_like(L), L, free + 1)
+        split = schedule_branch(lambda p, L, s: lax.cond(
+            p, lambda L, s: split_jnp(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
+                (free > 0) & (L > free + 2), L, free + 1)
         target = top + split
         target = jnp.where((free > 0) & (target < fine - 1), target, -1)
         store_slot = order[jnp.minimum(h, K - 1)]
@@ -314,8 +326,9 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             return plan(state[0] + 1, state[1], state[3] + 1, order), ys, ct, acc
 
         which = jnp.where(turn, 0, jnp.where(store, 2, 1))
-        state, xs, ct, acc = lax.switch(which, [reverse, advance, advance_and_store],
-                                        state, steps, slots, ys, ct, acc)
+        state, xs, ct, acc = schedule_branch(lambda which, *operands: lax.switch(
+            which, [reverse, advance, advance_and_store], *operands))(
+                which, state, steps, slots, ys, ct, acc)
         given, zero_started = partition_list(zero_ct, ct)
         return [state, steps, order, *slots, *xs, *given,
                 *zeros.update(started, [*zero_started, *acc])]
@@ -330,12 +343,15 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in consts]
+    gradient_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                 "checkpointed_gradient_body")
+    if schedule_selected:
+        gradient_body = selected_schedule(gradient_body)
     _, *outs = functional_while(
         [], consts, np.int32(UNBOUNDED), carry0,
         cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
                                 "checkpointed_gradient_cond"),
-        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                "checkpointed_gradient_body"),
+        body_jaxpr=gradient_body,
         static_bound=None, name=name, role="gradient", checkpoints=K)
     given_out, started_out = split_list(outs[3 + 2 * ncarry:], [ngiven])
     zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [nzero])
