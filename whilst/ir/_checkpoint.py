@@ -65,7 +65,7 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import apply_primitive, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
@@ -247,9 +247,9 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         L = fine - top
         # Up to free + 2 steps the split is 1 (store every step); the binomial one is
         # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
-        split = lax.cond((free > 0) & (L > free + 2), lambda L, s: split_jnp(L, s, K),
-                         lambda L, s: jnp.ones_like(L), L, free + 1)
-        target = top + split
+        advance = lax.cond((free > 0) & (L > free + 2), lambda L, s: split(L, s, K),
+                           lambda L, s: jnp.ones_like(L), L, free + 1)
+        target = top + advance
         target = jnp.where((free > 0) & (target < fine - 1), target, -1)
         store_slot = order[jnp.minimum(h, K - 1)]
         return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)

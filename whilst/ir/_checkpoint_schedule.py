@@ -76,6 +76,12 @@ import math
 
 import numpy as np
 import jax.numpy as jnp
+from jax import lax
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from whilst._jax_compat import apply_primitive
 
 EMPTY = int(np.iinfo(np.int32).max)   # the step of a slot that holds nothing
 SPLIT_EXACT_UP_TO = 1 << 24           # segments longer than this get valid, non-optimal splits
@@ -202,6 +208,70 @@ def split_jnp(L, s, K: int):
     return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
 
 
+def split_loop(L, s, K: int):
+    """`split_py` as int32 jax.numpy code that searches r in a `lax.while_loop`, from
+    beta(s, 0) = 1 up by `beta(s, r + 1) = beta(s, r) (s + r + 1) / (r + 1)` (exact
+    with a quotient and remainder by r + 1; saturated at _SAT like `_binomials`).
+    Equal to `split_jnp`. Its r steps are fewer than the L steps of the segment it
+    splits (r < L for s >= 2)."""
+    if K == 1:
+        return L - 1
+    L = jnp.asarray(L, np.int32)
+    s = jnp.asarray(s, np.int32)
+    s2 = jnp.clip(s, 2, K)
+    Lc = jnp.clip(L, 1, SPLIT_EXACT_UP_TO)
+
+    def body(carry):
+        r, beyond, below, _ = carry
+        go = beyond < Lc
+        a, d = s2 + r + 1, r + 1
+        exact = beyond // d * a + beyond % d * a // d
+        approx = beyond.astype(np.float32) * a.astype(np.float32) / d.astype(np.float32)
+        nxt = jnp.where(approx >= _SAT, _SAT, exact)
+        return (jnp.where(go, r + 1, r), jnp.where(go, nxt, beyond),
+                jnp.where(go, beyond, below), jnp.where(go, below, carry[3]))
+
+    zero = jnp.zeros(jnp.broadcast_shapes(L.shape, s.shape), np.int32)
+    _, beyond, below, left = lax.while_loop(lambda c: jnp.any(c[1] < Lc), body,
+                                            (zero, zero + 1, zero, zero))
+    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
+    return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
+
+
+split_p = Primitive("checkpoint_split")
+split_p.def_impl(lambda L, s, *, K: apply_primitive(split_p, L, s, K=K))
+split_p.def_abstract_eval(lambda L, s, *, K: ShapedArray(
+    np.broadcast_shapes(L.shape, s.shape), np.int32))
+
+
+def _split_jvp(primals, tangents, *, K):
+    out = split_p.bind(*primals, K=K)
+    return out, ad.Zero(out.aval.to_tangent_aval())
+
+
+ad.primitive_jvps[split_p] = _split_jvp
+batching.defbroadcasting(split_p)
+mlir.register_lowering(split_p, mlir.lower_fun(split_jnp, multiple_results=False))
+
+
+def _split_lowering_cpu(ctx, L, s, *, K):
+    fn = split_jnp if ctx.module_context.lowering_parameters.for_export else split_loop
+    return mlir.lower_fun(fn, multiple_results=False)(ctx, L, s, K=K)
+
+
+mlir.register_lowering(split_p, _split_lowering_cpu, platform="cpu")
+
+
+def split(L, s, K: int):
+    """`split_py` for the gradient While: `split_loop` under XLA:CPU, `split_jnp` when
+    exported (IREE runs a loop nested in a loop body from the host, per iteration)
+    or on other backends. The loop keeps XLA's flop estimate of the program small
+    (it counts a loop body once), and with it PjRt's choice to run a program
+    estimated under 1000 flops on the calling thread (tens of microseconds a call
+    otherwise, bench/checkpoint_table.py)."""
+    return split_p.bind(jnp.asarray(L, np.int32), jnp.asarray(s, np.int32), K=K)
+
+
 # ------------------------------------------------------------ online forward policy
 
 def policy_init(K: int):
@@ -323,5 +393,5 @@ def schedule_cost(n: int, K: int) -> int:
 
 
 __all__ = ["EMPTY", "beta_table", "forward_slots_py", "policy_init",
-           "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split_jnp",
-           "split_py"]
+           "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
+           "split_loop", "split_py"]
