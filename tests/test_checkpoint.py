@@ -1,6 +1,8 @@
 """Checkpointed reverse mode (`while_loop(checkpoints=K)`): gradients against jax.grad of
 the Python-unrolled loop, forward mode and second order, vmap with per-example trip
 counts, the schedule's own count of body evaluations, the StableHLO and IREE."""
+import functools
+import itertools
 import math
 
 import jax
@@ -12,8 +14,8 @@ import whilst
 from conftest import nested_sin_oracle
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir._checkpoint_schedule import (
-    EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step_jnp, split,
-    split_jnp, split_loop, split_py)
+    EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step, policy_step_jnp,
+    split, split_jnp, split_loop, split_py)
 
 W = np.array([0.9, -0.7, 1.1], np.float32)
 X0 = np.array([0.3, -0.2, 0.5], np.float32)
@@ -136,12 +138,14 @@ def test_schedule_python_and_jax_numpy_agree():
                                                                   s.astype(np.int32))
         np.testing.assert_array_equal(got, [split_py(int(a), int(b), K) for a, b in zip(L, s)])
 
-    for K in [1, 2, 4]:
+    # policy_step runs Wang and Moin's update in a branch under jax.jit on CPU.
+    steps = [functools.partial(policy_step_jnp, branch=False), policy_step]
+    for K, policy_fn in itertools.product([1, 2, 4], steps):
         @jax.jit
         def slots(n):
             def body(i, c):
                 policy, pos = c
-                save, k, policy = policy_step_jnp(i, policy, pos, K)
+                save, k, policy = policy_fn(i, policy, pos, K)
                 return policy, pos.at[k].set(jnp.where(save, i, pos[k]))
             init = ([jnp.asarray(p) for p in policy_init(K)], jnp.full(K, EMPTY, jnp.int32))
             return jax.lax.fori_loop(0, n, body, init)[1]

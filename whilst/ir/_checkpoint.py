@@ -65,7 +65,7 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import apply_primitive, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
@@ -100,9 +100,9 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def forward_body(*args):
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
-        save, k, policy = policy_step_jnp(i, policy, pos, K)
+        save, k, policy = policy_step(i, policy, pos, K)
         slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
-        pos = jnp.where(save & (lax.iota(np.int32, K) == k), i, pos)
+        pos = _store(pos, k, i, save)
         return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
 
     def forward_cond(*args):

@@ -77,11 +77,8 @@ import math
 import numpy as np
 import jax.numpy as jnp
 from jax import lax
-from jax.core import ShapedArray
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
 
-from whilst._jax_compat import apply_primitive
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 EMPTY = int(np.iinfo(np.int32).max)   # the step of a slot that holds nothing
 SPLIT_EXACT_UP_TO = 1 << 24           # segments longer than this get valid, non-optimal splits
@@ -238,38 +235,13 @@ def split_loop(L, s, K: int):
     return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
 
 
-split_p = Primitive("checkpoint_split")
-split_p.def_impl(lambda L, s, *, K: apply_primitive(split_p, L, s, K=K))
-split_p.def_abstract_eval(lambda L, s, *, K: ShapedArray(
-    np.broadcast_shapes(L.shape, s.shape), np.int32))
-
-
-def _split_jvp(primals, tangents, *, K):
-    out = split_p.bind(*primals, K=K)
-    return out, ad.Zero(out.aval.to_tangent_aval())
-
-
-ad.primitive_jvps[split_p] = _split_jvp
-batching.defbroadcasting(split_p)
-mlir.register_lowering(split_p, mlir.lower_fun(split_jnp, multiple_results=False))
-
-
-def _split_lowering_cpu(ctx, L, s, *, K):
-    fn = split_jnp if ctx.module_context.lowering_parameters.for_export else split_loop
-    return mlir.lower_fun(fn, multiple_results=False)(ctx, L, s, K=K)
-
-
-mlir.register_lowering(split_p, _split_lowering_cpu, platform="cpu")
-
-
 def split(L, s, K: int):
-    """`split_py` for the gradient While: `split_loop` under XLA:CPU, `split_jnp` when
-    exported (IREE runs a loop nested in a loop body from the host, per iteration)
-    or on other backends. The loop keeps XLA's flop estimate of the program small
-    (it counts a loop body once), and with it PjRt's choice to run a program
-    estimated under 1000 flops on the calling thread (tens of microseconds a call
-    otherwise, bench/checkpoint_table.py)."""
-    return split_p.bind(jnp.asarray(L, np.int32), jnp.asarray(s, np.int32), K=K)
+    """`split_py` for the gradient While: `split_loop` under jax.jit on XLA:CPU,
+    `split_jnp` elsewhere (`xla_cpu_choice`): XLA counts a loop body's flops once."""
+    def form(fn):
+        return lambda L, s: [fn(L, s, K)]
+    return xla_cpu_choice(form(split_loop), form(split_jnp), jnp.asarray(L, np.int32),
+                          jnp.asarray(s, np.int32))[0]
 
 
 # ------------------------------------------------------------ online forward policy
@@ -283,12 +255,14 @@ def policy_init(K: int):
     return [np.array([0, K, K, 1, 0], np.int32), levels, np.zeros(K, np.bool_)]
 
 
-def policy_step_jnp(step, state, pos, K: int):
+def policy_step_jnp(step, state, pos, K: int, branch: bool = False):
     """`(save, slot, state)`: whether the forward While stores step `step` and where.
 
-    Branchless: both policies are evaluated and the step picks one. The slot of the
-    latest store stands for `argmax(pos)`, which it equals whenever Wang and Moin's
-    policy is in use (every slot is filled by then)."""
+    Stumm and Walther's scalar update runs every step. Wang and Moin's, over all K
+    slots, is in use after (K+1)(K+2)/2 - 1 steps; with `branch` it runs in a
+    `lax.cond` only then, else every step, and a select keeps it or not. The slot of
+    the latest store stands for `argmax(pos)`, which it equals whenever Wang and
+    Moin's policy is in use (every slot is filled by then)."""
     scalars, levels, disp = state
     i, o, p, s, last = (scalars[j] for j in range(5))
     s = s > 0
@@ -306,22 +280,43 @@ def policy_step_jnp(step, state, pos, K: int):
     if K == 1:
         save, slot = jnp.where(use_wm, False, sw_save), jnp.where(use_wm, 0, sw_slot)
     else:
-        # Wang and Moin: overwrite the latest dispensable checkpoint, else the latest one.
-        slots = np.arange(K, dtype=np.int32)
-        any_disp = jnp.any(disp)
-        slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
-        level_last = levels[last]
-        wm_slot = jnp.where(any_disp, slot_disp, last)
-        wm_level = jnp.where(any_disp, 0, level_last + 1)
-        disp = jnp.where(use_wm, jnp.where(any_disp, disp & (slots != slot_disp),
-                                           disp | (levels < level_last)), disp)
-        levels = jnp.where(use_wm & (slots == wm_slot), wm_level, levels)
+        def wang_moin(levels, disp):
+            # Overwrite the latest dispensable checkpoint, else the latest one.
+            slots = np.arange(K, dtype=np.int32)
+            any_disp = jnp.any(disp)
+            slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
+            level_last = levels[last]
+            wm_slot = jnp.where(any_disp, slot_disp, last)
+            disp = jnp.where(any_disp, disp & (slots != slot_disp), disp | (levels < level_last))
+            levels = levels.at[wm_slot].set(jnp.where(any_disp, 0, level_last + 1))
+            return wm_slot, levels, disp
+
+        if branch:
+            wm_slot, levels, disp = lax.cond(use_wm, wang_moin,
+                                             lambda levels, disp: (last, levels, disp),
+                                             levels, disp)
+        else:
+            wm_slot, wm_levels, wm_disp = wang_moin(levels, disp)
+            levels = jnp.where(use_wm, wm_levels, levels)
+            disp = jnp.where(use_wm, wm_disp, disp)
         save = jnp.where(use_wm, True, sw_save)
         slot = jnp.where(use_wm, wm_slot, sw_slot)
     keep = lambda new, old: jnp.where(use_wm, old, new)
     scalars = jnp.stack([keep(i2, i), keep(o2, o), keep(p2, p),
                          keep(s2, s).astype(np.int32), jnp.where(save, slot, last)])
     return save, slot, [scalars.astype(np.int32), levels, disp]
+
+
+def policy_step(step, state, pos, K: int):
+    """`policy_step_jnp` for the forward While: Wang and Moin's update in a branch
+    under jax.jit on XLA:CPU, selected elsewhere (`xla_cpu_choice`)."""
+    def form(branch):
+        def step_fn(step, scalars, levels, disp, pos):
+            save, slot, state = policy_step_jnp(step, [scalars, levels, disp], pos, K, branch)
+            return [save, slot, *state]
+        return step_fn
+    save, slot, *state = xla_cpu_choice(form(True), form(False), step, *state, pos)
+    return save, slot, state
 
 
 def forward_slots_py(n: int, K: int) -> list[int]:
@@ -393,5 +388,5 @@ def schedule_cost(n: int, K: int) -> int:
 
 
 __all__ = ["EMPTY", "beta_table", "forward_slots_py", "policy_init",
-           "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
+           "policy_step", "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
            "split_loop", "split_py"]
