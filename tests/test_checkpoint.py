@@ -1,7 +1,6 @@
 """Checkpointed reverse mode (`while_loop(checkpoints=K)`): gradients against jax.grad of
 the Python-unrolled loop, forward mode and second order, vmap with per-example trip
 counts, the schedule's own count of body evaluations, the StableHLO and IREE."""
-import functools
 import itertools
 import math
 
@@ -138,15 +137,13 @@ def test_schedule_python_and_jax_numpy_agree():
                                                                   s.astype(np.int32))
         np.testing.assert_array_equal(got, [split_py(int(a), int(b), K) for a, b in zip(L, s)])
 
-    # policy_step runs Wang and Moin's update in a branch under jax.jit on CPU.
-    steps = [functools.partial(policy_step_jnp, branch=False), policy_step]
-    for K, policy_fn in itertools.product([1, 2, 4], steps):
+    # policy_step takes policy_step_jnp's XLA:CPU form under jax.jit on CPU.
+    for K, policy_fn in itertools.product([1, 2, 4], [policy_step_jnp, policy_step]):
         @jax.jit
         def slots(n):
             def body(i, c):
-                policy, pos = c
-                save, k, policy = policy_fn(i, policy, pos, K)
-                return policy, pos.at[k].set(jnp.where(save, i, pos[k]))
+                save, k, policy, pos = policy_fn(i, *c, K)
+                return policy, pos
             init = ([jnp.asarray(p) for p in policy_init(K)], jnp.full(K, EMPTY, jnp.int32))
             return jax.lax.fori_loop(0, n, body, init)[1]
         for n in range(0, 40):

@@ -69,6 +69,7 @@ from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, spli
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
 from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 
 def _slot(buf, k):
@@ -100,9 +101,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def forward_body(*args):
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
-        save, k, policy = policy_step(i, policy, pos, K)
+        save, k, policy, pos = policy_step(i, policy, pos, K)
         slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
-        pos = _store(pos, k, i, save)
         return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
 
     def forward_cond(*args):
@@ -290,13 +290,16 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         turn = cur == fine - 1
         store = cur + 1 == target          # never with turn: target < fine - 1
         slots = [_store(s, store_slot, y, store) for s, y in zip(slots, ys)]
-        # Level h of the stack is free (the spare level K when all are held). An
-        # elementwise write rather than a dynamic_update_slice: IREE 3.13 turns this
-        # loop into the guarded do-while its stream conversion needs (when the trip
-        # count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
+        # Level h of the stack is free (the spare level K when all are held). Portably
+        # an elementwise write rather than a dynamic_update_slice: IREE 3.13 turns
+        # this loop into the guarded do-while its stream conversion needs (when the
+        # trip count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
         # only once it finds code to hoist out of the body, such as the destination
-        # tensor of an elementwise op.
-        steps = jnp.where(lax.iota(np.int32, K + 1) == h, cur + 1, steps)
+        # tensor of an elementwise op. XLA:CPU writes the one entry.
+        (steps,) = xla_cpu_choice(
+            lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
+            lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
+            steps, h, cur + 1)
 
         def reverse(state, steps, slots, ys, ct, acc):
             # Reverse step cur, free the slot holding it, restore the latest one.

@@ -255,13 +255,15 @@ def policy_init(K: int):
     return [np.array([0, K, K, 1, 0], np.int32), levels, np.zeros(K, np.bool_)]
 
 
-def policy_step_jnp(step, state, pos, K: int, branch: bool = False):
-    """`(save, slot, state)`: whether the forward While stores step `step` and where.
+def policy_step_jnp(step, state, pos, K: int, xla_cpu: bool = False):
+    """`(save, slot, state, pos)`: whether the forward While stores step `step`, where,
+    and `pos` (the step each slot holds) updated.
 
     Stumm and Walther's scalar update runs every step. Wang and Moin's, over all K
-    slots, is in use after (K+1)(K+2)/2 - 1 steps; with `branch` it runs in a
-    `lax.cond` only then, else every step, and a select keeps it or not. The slot of
-    the latest store stands for `argmax(pos)`, which it equals whenever Wang and
+    slots, is in use after (K+1)(K+2)/2 - 1 steps: with `xla_cpu` it runs in a
+    `lax.cond` only then, and writes one slot's entries in place; else it runs
+    every step and elementwise selects keep its results or not. The slot of the
+    latest store stands for `argmax(pos)`, which it equals whenever Wang and
     Moin's policy is in use (every slot is filled by then)."""
     scalars, levels, disp = state
     i, o, p, s, last = (scalars[j] for j in range(5))
@@ -277,46 +279,54 @@ def policy_step_jnp(step, state, pos, K: int, branch: bool = False):
     i2 = jnp.where(at_p, o2, i2)
     s2 = jnp.where(at_p, o2 > 0, s2)
     use_wm = step >= (K + 1) * (K + 2) // 2 - 1
+    slots = np.arange(K, dtype=np.int32)
     if K == 1:
         save, slot = jnp.where(use_wm, False, sw_save), jnp.where(use_wm, 0, sw_slot)
     else:
         def wang_moin(levels, disp):
-            # Overwrite the latest dispensable checkpoint, else the latest one.
-            slots = np.arange(K, dtype=np.int32)
+            """`(slot, its new level, disp)`: overwrite the latest dispensable
+            checkpoint, else the latest one."""
             any_disp = jnp.any(disp)
             slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
             level_last = levels[last]
-            wm_slot = jnp.where(any_disp, slot_disp, last)
             disp = jnp.where(any_disp, disp & (slots != slot_disp), disp | (levels < level_last))
-            levels = levels.at[wm_slot].set(jnp.where(any_disp, 0, level_last + 1))
-            return wm_slot, levels, disp
+            return (jnp.where(any_disp, slot_disp, last), jnp.where(any_disp, 0, level_last + 1),
+                    disp)
 
-        if branch:
-            wm_slot, levels, disp = lax.cond(use_wm, wang_moin,
+        if xla_cpu:
+            def in_use(levels, disp):
+                wm_slot, level, disp = wang_moin(levels, disp)
+                return wm_slot, levels.at[wm_slot].set(level), disp
+            wm_slot, levels, disp = lax.cond(use_wm, in_use,
                                              lambda levels, disp: (last, levels, disp),
                                              levels, disp)
         else:
-            wm_slot, wm_levels, wm_disp = wang_moin(levels, disp)
-            levels = jnp.where(use_wm, wm_levels, levels)
+            wm_slot, level, wm_disp = wang_moin(levels, disp)
+            levels = jnp.where(use_wm & (slots == wm_slot), level, levels)
             disp = jnp.where(use_wm, wm_disp, disp)
         save = jnp.where(use_wm, True, sw_save)
         slot = jnp.where(use_wm, wm_slot, sw_slot)
     keep = lambda new, old: jnp.where(use_wm, old, new)
     scalars = jnp.stack([keep(i2, i), keep(o2, o), keep(p2, p),
                          keep(s2, s).astype(np.int32), jnp.where(save, slot, last)])
-    return save, slot, [scalars.astype(np.int32), levels, disp]
+    if xla_cpu:
+        pos = lax.dynamic_update_index_in_dim(pos, jnp.where(save, step, pos[slot]), slot, 0)
+    else:
+        pos = jnp.where(save & (slots == slot), step, pos)
+    return save, slot, [scalars.astype(np.int32), levels, disp], pos
 
 
 def policy_step(step, state, pos, K: int):
-    """`policy_step_jnp` for the forward While: Wang and Moin's update in a branch
-    under jax.jit on XLA:CPU, selected elsewhere (`xla_cpu_choice`)."""
-    def form(branch):
+    """`policy_step_jnp` for the forward While, in its XLA:CPU form under jax.jit on
+    CPU (`xla_cpu_choice`)."""
+    def form(xla_cpu):
         def step_fn(step, scalars, levels, disp, pos):
-            save, slot, state = policy_step_jnp(step, [scalars, levels, disp], pos, K, branch)
-            return [save, slot, *state]
+            save, slot, state, pos = policy_step_jnp(step, [scalars, levels, disp], pos, K,
+                                                     xla_cpu)
+            return [save, slot, *state, pos]
         return step_fn
-    save, slot, *state = xla_cpu_choice(form(True), form(False), step, *state, pos)
-    return save, slot, state
+    save, slot, *state, pos = xla_cpu_choice(form(True), form(False), step, *state, pos)
+    return save, slot, state, pos
 
 
 def forward_slots_py(n: int, K: int) -> list[int]:
