@@ -10,30 +10,37 @@ Extra per step = (body calls during jax.grad - 2 n) / n.
 
     .venv/bin/python bench/checkpoint_table.py [--quick]
 
-Measured (2-core x86 VM shared with other jobs, so loaded and noisy; jax 0.10.2, equinox
-0.13.8, one run):
+Measured (2-core x86 VM shared with other jobs, load 3-6, so noisy; jax 0.12.0.1, equinox
+0.13.8, 2026-11-24; times and ratios are medians of 4 runs for n = 100 and 1000, one run
+for n = 4000):
 
        K      n   whilst predicted  equinox   bound  whilst ms  equinox ms  ratio
-      90    100    0.100     0.100    0.100   0.100       0.50        0.71   0.70
-      90   1000    0.910     0.910    0.910   0.910       3.74        7.98   0.47
-      90   4000    0.978     0.978    0.978   0.978      14.60       32.29   0.45
-      16    100    0.840     0.840    0.840   0.840       0.50        0.92   0.54
-      16   1000    1.978     1.978    2.764   0.984       4.65       26.95   0.17
-      16   4000    2.793     2.793    3.954   0.996      19.86       71.58   0.28
-       4    100    2.860     2.860    3.030   0.960       0.30        0.35   0.87
-       4   1000    7.314     7.314   16.701   0.996       3.49       13.14   0.27
-       4   4000   11.642    11.642   70.081   0.999      23.50      150.95   0.16
+      90    100    0.100     0.100    0.100   0.100       0.18        0.19   0.93
+      90   1000    0.910     0.910    0.910   0.910       0.40        0.37   1.09
+      90   4000    0.978     0.978    0.978   0.978       1.08        0.95   1.13
+      16    100    0.840     0.840    0.840   0.840       0.13        0.13   1.03
+      16   1000    1.978     1.978    2.764   0.984       0.42        0.44   0.99
+      16   4000    2.793     2.793    3.954   0.996       1.49        1.66   0.90
+       4    100    2.860     2.860    3.030   0.960       0.07        0.07   1.00
+       4   1000    7.314     7.314   16.701   0.996       0.67        1.25   0.54
+       4   4000   11.642    11.642   70.081   0.999       3.57       27.55   0.13
 
 Where n <= (K+1)(K+2)/2 both sit on the bound n - K (a forward that does not know n
 stores at most K of the n states the reversal needs), which cannot be beaten. With
-this 16-float body the time is per-iteration overhead, not body evaluations. Before
-the gradient While carried its plan (commit 55b69c6, the same script a minute
-earlier) the ratios were 1.12 0.92 1.09 / 1.30 0.88 0.81 / 3.60 3.49 1.34: it re-planned
-every iteration with a binary search in a binomial table, and a table over 512 bytes
-puts XLA:CPU's whole loop body on its slower concurrent executor. The closest cell,
-K = 4 and n = 100, is mostly fixed cost: XLA estimates equinox's program at under 1000
-flops, so PjRt runs it on the calling thread, while whilst's (its binomial search alone
-counts some 2700) is handed to a worker thread, tens of microseconds per call here.
+this 16-float body the time is per-iteration overhead and a fixed cost per call, not
+body evaluations. XLA:CPU (jax 0.12) compiles each of these small loops whole into one
+function, so what counts per iteration is the code in the body, not thunks. PjRt runs
+a program XLA estimates under 1000 flops (a loop body counted once) on the calling
+thread, others on a worker thread, some 50 us more per call here: equinox's programs
+count 434 and 754 flops at K = 4 and 16, 2954 at K = 90; whilst's count 600, 884
+and 2689 since its binomial split is a loop under jax.jit on CPU (`xla_cpu_choice`;
+5820, 6186 and 8690 before, which made the K = 4 and 16, n = 100 cells 1.5-1.8x
+equinox's). At K = 90 and n >= 1000 whilst stays some 10% slower (1.5 on jax 0.12
+before the Wang and Moin update of the forward policy ran in a branch, only once in
+use, and the stored step went into pos and the steps stack by one write each). Not
+explained yet: its forward body still copies the int32[K] levels into and out of that
+branch every step, but keeping them out of it measured no difference within this
+machine's noise.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Checkpointed reverse mode (`while_loop(checkpoints=K)`): gradients against jax.grad of
 the Python-unrolled loop, forward mode and second order, vmap with per-example trip
 counts, the schedule's own count of body evaluations, the StableHLO and IREE."""
+import itertools
 import math
 
 import jax
@@ -12,8 +13,8 @@ import whilst
 from conftest import nested_sin_oracle
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir._checkpoint_schedule import (
-    EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step_jnp, split_jnp,
-    split_py)
+    EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step, policy_step_jnp,
+    split, split_jnp, split_loop, split_py)
 
 W = np.array([0.9, -0.7, 1.1], np.float32)
 X0 = np.array([0.3, -0.2, 0.5], np.float32)
@@ -136,13 +137,13 @@ def test_schedule_python_and_jax_numpy_agree():
                                                                   s.astype(np.int32))
         np.testing.assert_array_equal(got, [split_py(int(a), int(b), K) for a, b in zip(L, s)])
 
-    for K in [1, 2, 4]:
+    # policy_step takes policy_step_jnp's XLA:CPU form under jax.jit on CPU.
+    for K, policy_fn in itertools.product([1, 2, 4], [policy_step_jnp, policy_step]):
         @jax.jit
         def slots(n):
             def body(i, c):
-                policy, pos = c
-                save, k, policy = policy_step_jnp(i, policy, pos, K)
-                return policy, pos.at[k].set(jnp.where(save, i, pos[k]))
+                save, k, policy, pos = policy_fn(i, *c, K)
+                return policy, pos
             init = ([jnp.asarray(p) for p in policy_init(K)], jnp.full(K, EMPTY, jnp.int32))
             return jax.lax.fori_loop(0, n, body, init)[1]
         for n in range(0, 40):
@@ -150,9 +151,10 @@ def test_schedule_python_and_jax_numpy_agree():
 
 
 def test_split_is_exact_at_every_binomial_boundary():
-    # split_jnp rebuilds exact binomials from float32 products; an error would show
-    # where L crosses a binomial beta(s, r), so take L = beta(s, r) - 1, +0, +1 for
-    # every s and r up to SPLIT_EXACT_UP_TO, and segments longer than that.
+    # split_jnp rebuilds exact binomials from float32 products, split_loop steps from
+    # one to the next; an error would show where L crosses a binomial beta(s, r), so
+    # take L = beta(s, r) - 1, +0, +1 for every s and r up to SPLIT_EXACT_UP_TO, and
+    # segments longer than that.
     for K in [3, 16, 90]:
         Ls, ss = [], []
         for s in range(1, K + 1):
@@ -165,10 +167,12 @@ def test_split_is_exact_at_every_binomial_boundary():
             vals = sorted(v for v in vals if v >= 2)
             Ls += vals
             ss += [s] * len(vals)
-        got = jax.jit(jax.vmap(lambda L, s, K=K: split_jnp(L, s, K)))(
-            np.array(Ls, np.int32), np.array(ss, np.int32))
         want = [split_py(L, s, K) for L, s in zip(Ls, ss)]
-        np.testing.assert_array_equal(got, want, err_msg=f"K={K}")
+        # split lowers to split_loop under jax.jit on CPU, to split_jnp when exported.
+        for fn in [split_jnp, split_loop, split]:
+            got = jax.jit(jax.vmap(lambda L, s, K=K: fn(L, s, K)))(
+                np.array(Ls, np.int32), np.array(ss, np.int32))
+            np.testing.assert_array_equal(got, want, err_msg=f"{fn.__name__} K={K}")
     # The gradient While skips the search where the split is 1: up to s + 1 steps.
     assert all(split_py(L, s, 16) == 1 for s in range(2, 17) for L in range(1, s + 2))
 

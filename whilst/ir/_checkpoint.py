@@ -69,11 +69,12 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import apply_primitive, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step_jnp, split_jnp
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
 from whilst.ir._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 
 def _slot(buf, k):
@@ -108,9 +109,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def forward_body(*args):
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
-        save, k, policy = policy_step_jnp(i, policy, pos, K)
+        save, k, policy, pos = policy_step(i, policy, pos, K)
         slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
-        pos = jnp.where(save & (lax.iota(np.int32, K) == k), i, pos)
         return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
 
     def forward_cond(*args):
@@ -258,10 +258,10 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         L = fine - top
         # Up to free + 2 steps the split is 1 (store every step); the binomial one is
         # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
-        split = schedule_branch(lambda p, L, s: lax.cond(
-            p, lambda L, s: split_jnp(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
+        advance = schedule_branch(lambda p, L, s: lax.cond(
+            p, lambda L, s: split(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
                 (free > 0) & (L > free + 2), L, free + 1)
-        target = top + split
+        target = top + advance
         target = jnp.where((free > 0) & (target < fine - 1), target, -1)
         store_slot = order[jnp.minimum(h, K - 1)]
         return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)
@@ -302,13 +302,16 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         turn = cur == fine - 1
         store = cur + 1 == target          # never with turn: target < fine - 1
         slots = [_store(s, store_slot, y, store) for s, y in zip(slots, ys)]
-        # Level h of the stack is free (the spare level K when all are held). An
-        # elementwise write rather than a dynamic_update_slice: IREE 3.13 turns this
-        # loop into the guarded do-while its stream conversion needs (when the trip
-        # count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
+        # Level h of the stack is free (the spare level K when all are held). Portably
+        # an elementwise write rather than a dynamic_update_slice: IREE 3.13 turns
+        # this loop into the guarded do-while its stream conversion needs (when the
+        # trip count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
         # only once it finds code to hoist out of the body, such as the destination
-        # tensor of an elementwise op.
-        steps = jnp.where(lax.iota(np.int32, K + 1) == h, cur + 1, steps)
+        # tensor of an elementwise op. XLA:CPU writes the one entry.
+        (steps,) = xla_cpu_choice(
+            lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
+            lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
+            steps, h, cur + 1)
 
         def reverse(state, steps, slots, ys, ct, acc):
             # Reverse step cur, free the slot holding it, restore the latest one.

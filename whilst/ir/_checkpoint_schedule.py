@@ -76,6 +76,9 @@ import math
 
 import numpy as np
 import jax.numpy as jnp
+from jax import lax
+
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 EMPTY = int(np.iinfo(np.int32).max)   # the step of a slot that holds nothing
 SPLIT_EXACT_UP_TO = 1 << 24           # segments longer than this get valid, non-optimal splits
@@ -202,6 +205,45 @@ def split_jnp(L, s, K: int):
     return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
 
 
+def split_loop(L, s, K: int):
+    """`split_py` as int32 jax.numpy code that searches r in a `lax.while_loop`, from
+    beta(s, 0) = 1 up by `beta(s, r + 1) = beta(s, r) (s + r + 1) / (r + 1)` (exact
+    with a quotient and remainder by r + 1; saturated at _SAT like `_binomials`).
+    Equal to `split_jnp`. Its r steps are fewer than the L steps of the segment it
+    splits (r < L for s >= 2)."""
+    if K == 1:
+        return L - 1
+    L = jnp.asarray(L, np.int32)
+    s = jnp.asarray(s, np.int32)
+    s2 = jnp.clip(s, 2, K)
+    Lc = jnp.clip(L, 1, SPLIT_EXACT_UP_TO)
+
+    def body(carry):
+        r, beyond, below, _ = carry
+        go = beyond < Lc
+        a, d = s2 + r + 1, r + 1
+        exact = beyond // d * a + beyond % d * a // d
+        approx = beyond.astype(np.float32) * a.astype(np.float32) / d.astype(np.float32)
+        nxt = jnp.where(approx >= _SAT, _SAT, exact)
+        return (jnp.where(go, r + 1, r), jnp.where(go, nxt, beyond),
+                jnp.where(go, beyond, below), jnp.where(go, below, carry[3]))
+
+    zero = jnp.zeros(jnp.broadcast_shapes(L.shape, s.shape), np.int32)
+    _, beyond, below, left = lax.while_loop(lambda c: jnp.any(c[1] < Lc), body,
+                                            (zero, zero + 1, zero, zero))
+    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
+    return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
+
+
+def split(L, s, K: int):
+    """`split_py` for the gradient While: `split_loop` under jax.jit on XLA:CPU,
+    `split_jnp` elsewhere (`xla_cpu_choice`): XLA counts a loop body's flops once."""
+    def form(fn):
+        return lambda L, s: [fn(L, s, K)]
+    return xla_cpu_choice(form(split_loop), form(split_jnp), jnp.asarray(L, np.int32),
+                          jnp.asarray(s, np.int32))[0]
+
+
 # ------------------------------------------------------------ online forward policy
 
 def policy_init(K: int):
@@ -213,12 +255,16 @@ def policy_init(K: int):
     return [np.array([0, K, K, 1, 0], np.int32), levels, np.zeros(K, np.bool_)]
 
 
-def policy_step_jnp(step, state, pos, K: int):
-    """`(save, slot, state)`: whether the forward While stores step `step` and where.
+def policy_step_jnp(step, state, pos, K: int, xla_cpu: bool = False):
+    """`(save, slot, state, pos)`: whether the forward While stores step `step`, where,
+    and `pos` (the step each slot holds) updated.
 
-    Branchless: both policies are evaluated and the step picks one. The slot of the
-    latest store stands for `argmax(pos)`, which it equals whenever Wang and Moin's
-    policy is in use (every slot is filled by then)."""
+    Stumm and Walther's scalar update runs every step. Wang and Moin's, over all K
+    slots, is in use after (K+1)(K+2)/2 - 1 steps: with `xla_cpu` it runs in a
+    `lax.cond` only then, and writes one slot's entries in place; else it runs
+    every step and elementwise selects keep its results or not. The slot of the
+    latest store stands for `argmax(pos)`, which it equals whenever Wang and
+    Moin's policy is in use (every slot is filled by then)."""
     scalars, levels, disp = state
     i, o, p, s, last = (scalars[j] for j in range(5))
     s = s > 0
@@ -233,25 +279,54 @@ def policy_step_jnp(step, state, pos, K: int):
     i2 = jnp.where(at_p, o2, i2)
     s2 = jnp.where(at_p, o2 > 0, s2)
     use_wm = step >= (K + 1) * (K + 2) // 2 - 1
+    slots = np.arange(K, dtype=np.int32)
     if K == 1:
         save, slot = jnp.where(use_wm, False, sw_save), jnp.where(use_wm, 0, sw_slot)
     else:
-        # Wang and Moin: overwrite the latest dispensable checkpoint, else the latest one.
-        slots = np.arange(K, dtype=np.int32)
-        any_disp = jnp.any(disp)
-        slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
-        level_last = levels[last]
-        wm_slot = jnp.where(any_disp, slot_disp, last)
-        wm_level = jnp.where(any_disp, 0, level_last + 1)
-        disp = jnp.where(use_wm, jnp.where(any_disp, disp & (slots != slot_disp),
-                                           disp | (levels < level_last)), disp)
-        levels = jnp.where(use_wm & (slots == wm_slot), wm_level, levels)
+        def wang_moin(levels, disp):
+            """`(slot, its new level, disp)`: overwrite the latest dispensable
+            checkpoint, else the latest one."""
+            any_disp = jnp.any(disp)
+            slot_disp = jnp.argmax(jnp.where(disp, pos, 0)).astype(np.int32)
+            level_last = levels[last]
+            disp = jnp.where(any_disp, disp & (slots != slot_disp), disp | (levels < level_last))
+            return (jnp.where(any_disp, slot_disp, last), jnp.where(any_disp, 0, level_last + 1),
+                    disp)
+
+        if xla_cpu:
+            def in_use(levels, disp):
+                wm_slot, level, disp = wang_moin(levels, disp)
+                return wm_slot, levels.at[wm_slot].set(level), disp
+            wm_slot, levels, disp = lax.cond(use_wm, in_use,
+                                             lambda levels, disp: (last, levels, disp),
+                                             levels, disp)
+        else:
+            wm_slot, level, wm_disp = wang_moin(levels, disp)
+            levels = jnp.where(use_wm & (slots == wm_slot), level, levels)
+            disp = jnp.where(use_wm, wm_disp, disp)
         save = jnp.where(use_wm, True, sw_save)
         slot = jnp.where(use_wm, wm_slot, sw_slot)
     keep = lambda new, old: jnp.where(use_wm, old, new)
     scalars = jnp.stack([keep(i2, i), keep(o2, o), keep(p2, p),
                          keep(s2, s).astype(np.int32), jnp.where(save, slot, last)])
-    return save, slot, [scalars.astype(np.int32), levels, disp]
+    if xla_cpu:
+        pos = lax.dynamic_update_index_in_dim(pos, jnp.where(save, step, pos[slot]), slot, 0)
+    else:
+        pos = jnp.where(save & (slots == slot), step, pos)
+    return save, slot, [scalars.astype(np.int32), levels, disp], pos
+
+
+def policy_step(step, state, pos, K: int):
+    """`policy_step_jnp` for the forward While, in its XLA:CPU form under jax.jit on
+    CPU (`xla_cpu_choice`)."""
+    def form(xla_cpu):
+        def step_fn(step, scalars, levels, disp, pos):
+            save, slot, state, pos = policy_step_jnp(step, [scalars, levels, disp], pos, K,
+                                                     xla_cpu)
+            return [save, slot, *state, pos]
+        return step_fn
+    save, slot, *state, pos = xla_cpu_choice(form(True), form(False), step, *state, pos)
+    return save, slot, state, pos
 
 
 def forward_slots_py(n: int, K: int) -> list[int]:
@@ -323,5 +398,5 @@ def schedule_cost(n: int, K: int) -> int:
 
 
 __all__ = ["EMPTY", "beta_table", "forward_slots_py", "policy_init",
-           "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split_jnp",
-           "split_py"]
+           "policy_step", "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
+           "split_loop", "split_py"]

@@ -3,11 +3,12 @@
 works around)::
 
     export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-                               ieee_math(saturating_casts(jaxpr)))))
+                               ieee_math(saturating_casts(portable_forms(jaxpr))))))
 
-Batched scatters get explicit batch indices before out-of-bounds indices are made
-explicit (so that a gather's clamping survives the next rewrite), and indexing
-over symbolic dims comes last. Each returns its input object when it changes
+Code with a form for XLA:CPU gets its portable form first (`_xla_cpu_choice.py`),
+so that the other rewrites see it. Batched scatters get explicit batch indices
+before out-of-bounds indices are made explicit (so that a gather's clamping
+survives the next rewrite), and indexing over symbolic dims comes last. Each returns its input object when it changes
 nothing, and so does `export_forms`.
 """
 from __future__ import annotations
@@ -19,9 +20,10 @@ from whilst.ir._ieee_math import ieee_math
 from whilst.ir._index_bounds import in_bounds_indexing
 from whilst.ir._saturating_casts import saturating_casts
 from whilst.ir._symbolic_indexing import symbolic_indexing
+from whilst.ir._xla_cpu_choice import portable_forms
 
 
 def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` in the forms of the module docstring."""
     return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-        ieee_math(saturating_casts(jaxpr)))))
+        ieee_math(saturating_casts(portable_forms(jaxpr))))))
