@@ -313,6 +313,32 @@ def op_names(text):
     return names
 
 
+def test_constant_expressions_are_computed_at_load_not_by_iree_constant_evaluation():
+    """iree-compile runs without constant evaluation (compile time): an expression of
+    constants alone that IREE does not fold (a cumsum: a table the loop reads) stays, after
+    global optimization, in an initializer that runs when the module loads (constant
+    evaluation would have replaced it by its value), and the results are right."""
+    from whilst.lowering import flag_sets
+    from whilst.lowering._iree import NO_CONST_EVAL
+
+    assert all(NO_CONST_EVAL in flags for targets in (("llvm-cpu",), ("llvm-cpu", "cuda"))
+               for flags in flag_sets(targets))
+
+    def fn(x):
+        table = jnp.cumsum(jnp.arange(8, dtype=jnp.float32)) / 10.0
+        return whilst.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * table + 1.0),
+                                 [0, x])[1]
+    x = np.linspace(-1.0, 1.0, 8).astype(np.float32)
+    from iree.compiler import tools
+    flags = [*flag_sets(("llvm-cpu",))[0], "--compile-to=global-optimization"]
+    folded = tools.compile_str(prepare([whilst.export(fn, x)]), extra_args=flags).decode()
+    assert "util.initializer" in op_names(folded)
+    want = x
+    for _ in range(3):
+        want = want * (np.cumsum(np.arange(8, dtype=np.float32)) / 10.0) + 1.0
+    np.testing.assert_allclose(whilst.compile(fn, x, cache=False).load()(x), want, rtol=1e-6)
+
+
 def sin_steps(x, n):
     return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.sin(x) * 0.9 + 0.1),
                              [0, x], maximum_iterations=1000)

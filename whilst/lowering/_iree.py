@@ -136,6 +136,13 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
 # then (`compile_module`).
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 
+# IREE's constant evaluation compiles and runs a second module (for llvm-cpu, whatever
+# the targets) to fold the expressions hoisted out of functions, such as a one-hot
+# select's iota: 0.3-0.4 s of a 2-4 s compile of the samples. Without it the hoisted
+# expressions are computed once when the module loads (IREE initializers), and the
+# samples ran as fast (bench/compile_time.py).
+NO_CONST_EVAL = "--iree-opt-const-eval=false"
+
 
 def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
@@ -151,7 +158,7 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
     # steps whose results are discarded (whilst.ir._stacks): by design, not a bug
     # in the user's program, so IREE's warning about it is off.
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}",
-             "--iree-global-opt-enable-warn-on-uninitialized-values=false",
+             "--iree-global-opt-enable-warn-on-uninitialized-values=false", NO_CONST_EVAL,
              f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
     if len(targets) > 1:
         flags.append("--iree-hal-link-executables=false")
