@@ -170,6 +170,20 @@ def _binomials(s, r):
     return jnp.where(r < 0, 0, jnp.where(v >= _SAT, _SAT, c))
 
 
+def _split(L, s, K: int, binomials):
+    """`split_py` from `binomials(s2, Lc) -> (beta(s2, r), beta(s2, r - 1),
+    beta(s2, r - 2))` for the least r with beta(s2, r) >= Lc (0 below r = 0), where
+    s2 = clip(s, 2, K) and Lc = clip(L, 1, SPLIT_EXACT_UP_TO)."""
+    if K == 1:
+        return L - 1
+    L = jnp.asarray(L, np.int32)
+    s = jnp.asarray(s, np.int32)
+    beyond, below, left = binomials(jnp.clip(s, 2, K), jnp.clip(L, 1, SPLIT_EXACT_UP_TO))
+    # beta(s - 1, r) = beta(s, r) - beta(s, r - 1).
+    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
+    return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
+
+
 def split_jnp(L, s, K: int):
     """`split_py` as int32 jax.numpy code without a table (a table of more than 512
     bytes makes XLA:CPU run the whole loop body on its slower concurrent executor).
@@ -183,26 +197,21 @@ def split_jnp(L, s, K: int):
     two largest below. Equal to `split_py` for K <= 2342 (where `beta_table` ends);
     beyond, splits may be longer than optimal, but never below 1, so the reversal
     stays correct."""
-    if K == 1:
-        return L - 1
-    L = jnp.asarray(L, np.int32)
-    s = jnp.asarray(s, np.int32)
-    s2 = jnp.clip(s, 2, K)
-    Lc = jnp.clip(L, 1, SPLIT_EXACT_UP_TO)
-    sf = s2.astype(np.float32)
-    root = jnp.exp(jnp.log(Lc.astype(np.float32) * jnp.asarray(_FACT)[jnp.minimum(s2, 16)]) / sf)
-    lo = jnp.where(s2 <= 16, jnp.maximum(0, jnp.floor(root - (sf + 1) / 2).astype(np.int32) - 1),
-                   0)
-    approx = _float_binomials(s2[..., None], lo[..., None] + np.arange(16, dtype=np.int32))
-    r = lo + jnp.sum((approx < Lc[..., None].astype(np.float32)).astype(np.int32), axis=-1)
-    cs = _binomials(s2[..., None], r[..., None] + np.arange(-3, 2, dtype=np.int32))
-    Lx = Lc[..., None]
-    below = jnp.max(jnp.where(cs < Lx, cs, 0), axis=-1)             # beta(s, r - 1)
-    beyond = jnp.min(jnp.where(cs >= Lx, cs, _SAT), axis=-1)        # beta(s, r)
-    left = jnp.max(jnp.where(cs < below[..., None], cs, 0), axis=-1)  # beta(s, r - 2)
-    # beta(s - 1, r) = beta(s, r) - beta(s, r - 1).
-    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
-    return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
+    def binomials(s2, Lc):
+        sf = s2.astype(np.float32)
+        root = jnp.exp(jnp.log(Lc.astype(np.float32) * jnp.asarray(_FACT)[jnp.minimum(s2, 16)])
+                       / sf)
+        lo = jnp.where(s2 <= 16,
+                       jnp.maximum(0, jnp.floor(root - (sf + 1) / 2).astype(np.int32) - 1), 0)
+        approx = _float_binomials(s2[..., None], lo[..., None] + np.arange(16, dtype=np.int32))
+        r = lo + jnp.sum((approx < Lc[..., None].astype(np.float32)).astype(np.int32), axis=-1)
+        cs = _binomials(s2[..., None], r[..., None] + np.arange(-3, 2, dtype=np.int32))
+        Lx = Lc[..., None]
+        below = jnp.max(jnp.where(cs < Lx, cs, 0), axis=-1)             # beta(s, r - 1)
+        beyond = jnp.min(jnp.where(cs >= Lx, cs, _SAT), axis=-1)        # beta(s, r)
+        left = jnp.max(jnp.where(cs < below[..., None], cs, 0), axis=-1)  # beta(s, r - 2)
+        return beyond, below, left
+    return _split(L, s, K, binomials)
 
 
 def split_loop(L, s, K: int):
@@ -211,28 +220,22 @@ def split_loop(L, s, K: int):
     with a quotient and remainder by r + 1; saturated at _SAT like `_binomials`).
     Equal to `split_jnp`. Its r steps are fewer than the L steps of the segment it
     splits (r < L for s >= 2)."""
-    if K == 1:
-        return L - 1
-    L = jnp.asarray(L, np.int32)
-    s = jnp.asarray(s, np.int32)
-    s2 = jnp.clip(s, 2, K)
-    Lc = jnp.clip(L, 1, SPLIT_EXACT_UP_TO)
+    def binomials(s2, Lc):
+        def body(carry):
+            r, beyond, below, left = carry
+            go = beyond < Lc
+            a, d = s2 + r + 1, r + 1
+            exact = beyond // d * a + beyond % d * a // d
+            approx = beyond.astype(np.float32) * a.astype(np.float32) / d.astype(np.float32)
+            nxt = jnp.where(approx >= _SAT, _SAT, exact)
+            return (jnp.where(go, r + 1, r), jnp.where(go, nxt, beyond),
+                    jnp.where(go, beyond, below), jnp.where(go, below, left))
 
-    def body(carry):
-        r, beyond, below, _ = carry
-        go = beyond < Lc
-        a, d = s2 + r + 1, r + 1
-        exact = beyond // d * a + beyond % d * a // d
-        approx = beyond.astype(np.float32) * a.astype(np.float32) / d.astype(np.float32)
-        nxt = jnp.where(approx >= _SAT, _SAT, exact)
-        return (jnp.where(go, r + 1, r), jnp.where(go, nxt, beyond),
-                jnp.where(go, beyond, below), jnp.where(go, below, carry[3]))
-
-    zero = jnp.zeros(jnp.broadcast_shapes(L.shape, s.shape), np.int32)
-    _, beyond, below, left = lax.while_loop(lambda c: jnp.any(c[1] < Lc), body,
-                                            (zero, zero + 1, zero, zero))
-    binomial = jnp.maximum(jnp.maximum(1, left), L - (beyond - below))
-    return jnp.where(s <= 1, L - 1, binomial).astype(np.int32)
+        zero = jnp.zeros(jnp.broadcast_shapes(s2.shape, Lc.shape), np.int32)
+        _, beyond, below, left = lax.while_loop(lambda c: jnp.any(c[1] < Lc), body,
+                                                (zero, zero + 1, zero, zero))
+        return beyond, below, left
+    return _split(L, s, K, binomials)
 
 
 def split(L, s, K: int):
@@ -397,6 +400,6 @@ def schedule_cost(n: int, K: int) -> int:
     return reversal_advances_py(n, K, forward_slots_py(n, K))
 
 
-__all__ = ["EMPTY", "beta_table", "forward_slots_py", "policy_init",
-           "policy_step", "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
+__all__ = ["EMPTY", "beta_table", "forward_slots_py", "policy_init", "policy_step",
+           "policy_step_jnp", "reversal_advances_py", "schedule_cost", "split", "split_jnp",
            "split_loop", "split_py"]

@@ -8,8 +8,8 @@ works around)::
 Code with a form for XLA:CPU gets its portable form first (`_xla_cpu_choice.py`),
 so that the other rewrites see it. Batched scatters get explicit batch indices
 before out-of-bounds indices are made explicit (so that a gather's clamping
-survives the next rewrite), and indexing over symbolic dims comes last. Each returns its input object when it changes
-nothing, and so does `export_forms`.
+survives the next rewrite), and indexing over symbolic dims comes last. Each
+returns its input object when it changes nothing, and so does `export_forms`.
 """
 from __future__ import annotations
 
