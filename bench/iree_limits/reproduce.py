@@ -6,8 +6,8 @@ Each entry exports a small program with whilst, prepares it as `whilst.compile`
 does, and runs iree-compile with the default and with aggressive fusion (the
 flag sets `whilst.compile` tries), printing what IREE says for each. `--save DIR`
 also writes each prepared module as DIR/NAME.mlir for `iree-compile` alone. An
-entry that starts to pass means IREE lifted the limit: remove it here and its
-xfail in tests/test_iree_corpus.py (or its fallback there).
+entry that starts to pass means IREE lifted the limit: remove it here and the
+workaround, refusal or fallback that whilst has for it.
 """
 import argparse
 import os
