@@ -63,6 +63,8 @@ def _schedule_cond(eqn):
 
 
 def _selected(index, *operands, branches, **params):
+    """The cond `branches[index](*operands)` in the selected form of the module
+    docstring (schedule calls inside its branches selected too)."""
     last = np.int32(len(branches) - 1)
     index = lax.clamp(np.int32(0), index.astype(np.int32), last)
     outs = [call(selected_schedule(b), *operands) for b in branches]
