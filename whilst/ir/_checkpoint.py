@@ -258,10 +258,10 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         L = fine - top
         # Up to free + 2 steps the split is 1 (store every step); the binomial one is
         # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
-        advance = schedule_branch(lambda p, L, s: lax.cond(
+        steps_to_target = schedule_branch(lambda p, L, s: lax.cond(
             p, lambda L, s: split(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
                 (free > 0) & (L > free + 2), L, free + 1)
-        target = top + advance
+        target = top + steps_to_target
         target = jnp.where((free > 0) & (target < fine - 1), target, -1)
         store_slot = order[jnp.minimum(h, K - 1)]
         return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)
