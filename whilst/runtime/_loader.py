@@ -32,6 +32,10 @@ class Function:
         self._module = module
         self.name = name
         self.signature = signature
+        # Per input leaf, what every call checks against: (dtype, shape, written form).
+        self._leaf_specs = None if signature is None else [
+            (np.dtype(aval["dtype"]), tuple(aval["shape"]), sig.format_aval(aval))
+            for aval in signature["input_avals"]]
 
     def __repr__(self):
         if self.signature is None:
@@ -87,10 +91,11 @@ class Function:
                              f"{sig.describe_tree(s['inputs'], s['input_avals'])}: {e}") from None
         bindings: dict[str, tuple[int, str]] = {}
         flat = []
-        for (path, value), aval in zip(leaves, s["input_avals"]):
-            arr = convert(value, np.dtype(aval["dtype"]), f"{self.name}: {path}",
-                          sig.format_aval(aval))
-            self._check_shape(path, arr.shape, aval, bindings)
+        for (path, value), aval, (dtype, shape, written) in zip(leaves, s["input_avals"],
+                                                                self._leaf_specs):
+            arr = convert(value, dtype, f"{self.name}: {path}", written)
+            if arr.shape != shape:  # symbolic dims never compare equal: checked below
+                self._check_shape(path, arr.shape, aval, bindings)
             flat.append(arr)
         return flat
 
@@ -160,14 +165,15 @@ class Module:
                 f"device.") from None
         self.driver = driver
         self._lock = threading.Lock()
-        self._bound = self._context.modules[self._vm_module.name]
+        bound = self._context.modules[self._vm_module.name]
         self.functions = {name: Function(self, name, signature)
                           for name, signature in self.info.functions.items()}
+        self._calls = {name: bound[name] for name in self.functions}
 
     def _invoke(self, name, flat):
         with self._lock:
             try:
-                out = self._bound[name](*flat)
+                out = self._calls[name](*flat)
             except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
                 raise RunError(
                     f"{name}: the IREE runtime failed while running this function on "
