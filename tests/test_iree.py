@@ -1,6 +1,8 @@
 """Loops compiled by IREE (llvm-cpu) and run by the embedded runtime give the answers of
 plain Python / numpy loops, and keep loop-carried buffers in place."""
 import collections
+import pathlib
+import sys
 import warnings
 
 import jax
@@ -11,6 +13,9 @@ import pytest
 import whilst
 from conftest import unrolled
 from whilst.lowering import compile_to_stream, loop_counts, prepare, stream_copy_sizes
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench" / "iree_limits"))
+from reproduce import recording_cg  # noqa: E402  (the reproducer's program, shared)
 
 Particle = collections.namedtuple("Particle", "pos, vel")
 
@@ -375,52 +380,20 @@ def test_unrolled_steps_fuse_across_steps():
                                        jax.grad(unrolled_loss)(x), rtol=1e-5, atol=1e-6)
 
 
-def recording_cg(n):
-    """The loss of conjugate gradient (as in samples/cg.py) that records `rr / bb` per
-    step at a computed position (`h.at[k + 1].set(...)`); `unrolled` is the same loss
-    with the loop in Python (the oracle)."""
-    def parts(A, b):
-        bb = b @ b
-
-        def body(k, x, r, p, rr, h):
-            Ap = A @ p
-            alpha = rr / (p @ Ap)
-            r = r - alpha * Ap
-            rr_next = r @ r
-            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
-                    h.at[k + 1].set(rr_next / bb))
-        return ((lambda k, x, r, p, rr, h: rr > 1e-10 * bb), body,
-                [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)])
-
-    def loss(A, b):
-        x = whilst.while_loop(*parts(A, b), maximum_iterations=4 * n)[1]
-        return 0.5 * jnp.sum(x ** 2)
-
-    def unrolled_loss(A, b):
-        x = unrolled(*parts(A, b), maximum_iterations=4 * n)[1]
-        return 0.5 * jnp.sum(x ** 2)
-    return loss, unrolled_loss
-
-
 def test_gradient_reading_recorded_elements_after_dot_products():
     """The gradient While reads `h_bar[k + 1]` (a one-element gather) and adds it to
     a dot product of the same step: with aggressive fusion, IREE put both into one
     dispatch its codegen failed on (bench/iree_limits/reproduce.py
     point_gather_after_dot). Preparation reads such elements with dynamic_slice; the
     module compiles with aggressive fusion and equals jax.grad of the unrolled loop."""
-    n = 64
-    loss, unrolled_loss = recording_cg(n)
-    rng = np.random.default_rng(0)
-    M = rng.standard_normal((n, n)).astype(np.float32)
-    A = (M @ M.T / n + np.eye(n)).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32)
+    loss, A, b = recording_cg(64)
     exported = whilst.export(jax.grad(loss, argnums=(0, 1)), A, b)
     assert "stablehlo.gather" in op_names(exported.text)
     assert "stablehlo.gather" not in op_names(prepare([exported]))
     compiled = whilst.compile(exported, cache=False)
     assert "without aggressive fusion" not in compiled.stages[-1][0], compiled.stages
     got = compiled.load().main(A, b)
-    want = jax.grad(unrolled_loss, argnums=(0, 1))(A, b)
+    want = jax.grad(lambda A, b: loss(A, b, loop=unrolled), argnums=(0, 1))(A, b)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
 

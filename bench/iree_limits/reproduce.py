@@ -36,6 +36,33 @@ def wide_window_scatter():
     return add, (np.zeros((5, 3), np.float32), np.array([[0, 1], [2, 0]], np.int32))
 
 
+def recording_cg(n):
+    """`(loss, A, b)`: conjugate gradient (as in samples/cg.py) that records `rr / bb`
+    per step at a computed position (`h.at[k + 1].set(...)`), for at most 4 n steps;
+    `loss(A, b, loop=whilst.while_loop)` is 0.5 |x|^2 of the x it reaches with its
+    loop run by `loop` (tests/test_iree.py passes the Python loop as the oracle), and
+    A, b are a random symmetric positive definite system of size n."""
+    def loss(A, b, loop=whilst.while_loop):
+        bb = b @ b
+
+        def body(k, x, r, p, rr, h):
+            Ap = A @ p
+            alpha = rr / (p @ Ap)
+            r = r - alpha * Ap
+            rr_next = r @ r
+            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
+                    h.at[k + 1].set(rr_next / bb))
+        x = loop(lambda k, x, r, p, rr, h: rr > 1e-10 * bb, body,
+                 [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)],
+                 maximum_iterations=4 * n)[1]
+        return 0.5 * jnp.sum(x ** 2)
+
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((n, n)).astype(np.float32)
+    return (loss, (M @ M.T / n + np.eye(n)).astype(np.float32),
+            rng.standard_normal(n).astype(np.float32))
+
+
 def point_gather_after_dot():
     """The gradient of conjugate gradient (as in samples/cg.py, n = 64) that records
     `rr / bb` per step at a computed position (`h.at[k + 1].set(...)`), without the
@@ -48,27 +75,8 @@ def point_gather_after_dot():
     vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
     from whilst.lowering import _iree_fusion
     _iree_fusion.point_gathers_as_slices = lambda module: None
-    n = 64
-
-    def loss(A, b):
-        bb = b @ b
-
-        def body(k, x, r, p, rr, h):
-            Ap = A @ p
-            alpha = rr / (p @ Ap)
-            r = r - alpha * Ap
-            rr_next = r @ r
-            return (k + 1, x + alpha * p, r, r + (rr_next / rr) * p, rr_next,
-                    h.at[k + 1].set(rr_next / bb))
-        x = whilst.while_loop(lambda k, x, r, p, rr, h: rr > 1e-10 * bb, body,
-                              [0, jnp.zeros_like(b), b, b, bb, jnp.zeros(4 * n + 1)],
-                              maximum_iterations=4 * n)[1]
-        return 0.5 * jnp.sum(x ** 2)
-    rng = np.random.default_rng(0)
-    M = rng.standard_normal((n, n)).astype(np.float32)
-    return (jax.grad(loss, argnums=(0, 1)),
-            ((M @ M.T / n + np.eye(n)).astype(np.float32),
-             rng.standard_normal(n).astype(np.float32)))
+    loss, A, b = recording_cg(64)
+    return jax.grad(loss, argnums=(0, 1)), (A, b)
 
 
 def aggressive_fusion_dominance():
