@@ -223,6 +223,48 @@ def test_cond_on_a_value_the_body_recomputes_from_a_tensor():
     assert float(got_total) == ref_total
 
 
+def stop_flag_loop(x, n):
+    """A boolean carry: doubles x until the step count reaches n (at least once)."""
+    return whilst.while_loop(lambda i, x, done: jnp.logical_not(done),
+                             lambda i, x, done: (i + 1, x * 2.0, i + 1 >= n), [0, x, False])
+
+
+def relu_chain_loss(x, n):
+    """n steps of x <- relu(x - 0.3) * 1.5: each step keeps a boolean residual."""
+    out = whilst.while_loop(lambda i, x: i < n,
+                            lambda i, x: (i + 1, jnp.maximum(x - 0.3, 0.0) * 1.5), [0, x],
+                            maximum_iterations=8)
+    return jnp.sum(out[1])
+
+
+def test_exported_loops_carry_no_booleans():
+    # IREE 3.13's Vulkan code reads loop-carried i1 tensors wrongly (bench/iree_limits/
+    # carried_booleans.py), so exported loops carry booleans as int32.
+    from iree.compiler import ir
+
+    x, lengths = np.linspace(-1.0, 1.0, 4).astype(np.float32), np.array([0, 2, 5], np.int32)
+    programs = [(jax.vmap(stop_flag_loop, (None, 0)), (x, lengths)),
+                (jax.grad(relu_chain_loss), (x, np.int32(5)))]
+    for fn, args in programs:
+        carried = []
+        with ir.Context():
+            ir.Module.parse(prepare([whilst.export(fn, *args)])).operation.walk(
+                lambda op: carried.extend(
+                    str(v.type) for v in op.operands if op.name == "stablehlo.while")
+                or ir.WalkResult.ADVANCE)
+        assert carried and not [t for t in carried if "xi1>" in t or t == "tensor<i1>"]
+    i, y, done = run_on_iree(jax.vmap(stop_flag_loop, (None, 0)), x, lengths)
+    np.testing.assert_array_equal(i, [1, 2, 5])
+    np.testing.assert_allclose(y, x[None] * 2.0 ** np.array([1, 2, 5])[:, None])
+    assert done.dtype == np.bool_ and done.all()
+    xs = [x]
+    for _ in range(5):
+        xs.append(np.maximum(xs[-1] - 0.3, 0.0) * 1.5)
+    want = np.where(np.all([v > 0.3 for v in xs[:-1]], axis=0), 1.5 ** 5, 0.0)
+    np.testing.assert_allclose(run_on_iree(jax.grad(relu_chain_loss), x, np.int32(5)), want,
+                               rtol=1e-6)
+
+
 def test_readme_example_runs():
     import pathlib
     import re

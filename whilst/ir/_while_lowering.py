@@ -38,7 +38,7 @@ the loop's last row, where nothing reads them. Rows of symbolic shape move one
 by one, in the forms of `_symbolic_indexing.py` (a scatter or gather each).
 
 A cond that reads the carry is evaluated at the end of the body and carried as
-a boolean (the cond region only returns it): IREE 3.13 crashes
+an i32 0 or 1 (the cond region only tests it): IREE 3.13 crashes
 (ScfWhileOpConversion) on loops whose cond region reads a value the body
 computed from a tensor, the usual shape of convergence tests. Loops whose cond
 reads only the counter (gradient Whiles, bounds) keep the plain shape.
@@ -66,6 +66,14 @@ from whilst.ir._unroll import unroll_factor, unrolled_scans
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
+# An exported loop carries its booleans (boolean carries, residual stacks of
+# booleans; the predicate always) as int32 0 or 1: with loop-carried i1 tensors the
+# Vulkan (SPIR-V) code of IREE 3.13 reads wrong values (loops stopped after 0-2
+# steps whatever their data; the LSTM sample's boolean residuals came back wrong),
+# and int8 storage fails too (bench/iree_limits/carried_booleans.py). Stacks of
+# booleans so take 4 bytes per element in exported modules; `gradient_memory`
+# counts 1. Under jax.jit on XLA booleans stay booleans.
+BOOL_STORAGE = np.int32
 def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
         ctx.module_context, jaxpr.jaxpr, name_stack, mlir.TokenSet(),
@@ -90,8 +98,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
         k -= 1  # the last chunk of pushes must fit the stacks, and be less than them
     i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
-    i1 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.bool_))
-    stack_avals = ctx.avals_out[1 + ncarry:]
+    carry_avals, stack_avals = split_list(ctx.avals_out[1:], [ncarry])
     pop_avals = ctx.avals_in[cond_nconsts + body_nconsts - pops:][:pops]
 
     def const(value):
@@ -115,13 +122,18 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     counted = _always_true(cond_jaxpr)
     rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
     count_carried = k > 1 and not counted
-    extra_types = ([i1] if rotated else []) + ([i32] if count_carried else [])
-    types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
-    loop_types = [types[0], *extra_types, *types[1:]]
-    extra_init = ([predicate(const(0), carry)] if rotated else []) + (
+    # The carried predicate is an i32 0 or 1, for the reason given at BOOL_STORAGE.
+    storage = BOOL_STORAGE if ctx.module_context.lowering_parameters.for_export else np.bool_
+    extra_types = ([i32] if rotated else []) + ([i32] if count_carried else [])
+    stored = [_stored(a, storage) for a in ctx.avals_out]
+    loop_types = [i32, *extra_types, *(mlir.aval_to_ir_type(ctx.module_context, a)
+                                       for a in stored[1:])]
+    extra_init = ([hlo.convert(i32, predicate(const(0), carry))] if rotated else []) + (
         [const(0)] if count_carried else [])
-    stacks0 = [uninitialized_value(ctx, a) for a in stack_avals]
-    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *carry, *stacks0])
+    stacks0 = [uninitialized_value(ctx, _stored(a, storage)) for a in stack_avals]
+    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init,
+                                        *_to_storage(ctx, carry, carry_avals, storage),
+                                        *stacks0])
     while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
     while_op.attributes[NAME_ATTR] = ir.StringAttr.get(name)
     while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
@@ -129,13 +141,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     cond_block = while_op.regions[0].blocks.append(*loop_types)
     with ir.InsertionPoint(cond_block):
         i, *xs = cond_block.arguments
-        hlo.return_([xs[0] if rotated else predicate(i, xs[:ncarry])])
+        hlo.return_([_nonzero(xs[0]) if rotated
+                     else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals))])
 
     body_block = while_op.regions[1].blocks.append(*loop_types)
     with ir.InsertionPoint(body_block):
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
-        old_xs = xs
+        xs = old_xs = _from_storage(ctx, xs, carry_avals)
         # Popped rows top - i - s for s in range(k): one chunk, read backwards.
         start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
         popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
@@ -156,7 +169,9 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                 steps = hlo.add(steps, hlo.convert(i32, active))
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         at = hlo.add(i, const(row_offset))
-        stacks = [_write_rows(ctx, st, a, rs, at)
+        stacks = [_write_rows(ctx, st, _stored(a, storage),
+                              _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
+                                          storage), at)
                   for st, a, rs in zip(stacks, stack_avals, pushed)]
         new_i = hlo.add(i, const(k))
         extra = []
@@ -167,21 +182,48 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
             # (bench/iree_limits/unread_loop_predicate.mlir).
-            pred = hlo.and_(predicate(new_i, xs), body_block.arguments[1])
+            pred = hlo.and_(predicate(new_i, xs), _nonzero(body_block.arguments[1]))
             if k > 1:
                 full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
                                    compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
                 pred = hlo.and_(pred, full)
-            extra.append(pred)
+            extra.append(hlo.convert(i32, pred))
         if count_carried:
             extra.append(hlo.add(body_block.arguments[len(extra_types)], steps))
-        hlo.return_([new_i, *extra, *xs, *stacks])
+        hlo.return_([new_i, *extra, *_to_storage(ctx, xs, carry_avals, storage), *stacks])
     i, *results = while_op.results
     if count_carried:
         i = results[len(extra_types) - 1]
     elif k > 1:
         i = hlo.minimum(i, bound)
-    return [i, *results[len(extra_types):]]
+    return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:])]
+
+
+def _stored(aval, storage):
+    """The aval a `stablehlo.while` carries for `aval`: booleans as `storage`."""
+    return aval.update(dtype=storage) if aval.dtype == np.bool_ else aval
+
+
+def _to_storage(ctx, values, avals, storage):
+    """`values` (of `avals`) as the loop carries them: booleans converted to
+    `storage` (0 or 1)."""
+    return [hlo.convert(mlir.aval_to_ir_type(ctx.module_context, _stored(a, storage)), v)
+            if a.dtype == np.bool_ and storage != np.bool_ else v
+            for v, a in zip(values, avals)]
+
+
+def _from_storage(ctx, values, avals):
+    """Inverse of `_to_storage`: `stored != 0` for booleans (no op if stored as such)."""
+    return [hlo.convert(mlir.aval_to_ir_type(ctx.module_context, a), v)
+            if a.dtype == np.bool_ and ir.RankedTensorType(v.type).element_type
+            != ir.IntegerType.get_signless(1) else v for v, a in zip(values, avals)]
+
+
+def _nonzero(x):
+    """x != 0 for an i32 scalar (a carried predicate)."""
+    zero = mlir.ir_constant(np.int32(0))
+    return hlo.compare(x, zero, hlo.ComparisonDirectionAttr.get("NE"),
+                       compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
 
 
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
