@@ -1,0 +1,295 @@
+"""whilst's programs on a GPU: IREE `cuda` and `vulkan` checked against the CPU result
+of the same module, and timed against JAX on the same GPU.
+
+Two steps, since a GPU machine may have no IREE compiler (only `iree-base-runtime`):
+
+    python bench/gpu_check.py prepare DIR [--quick]   # where whilst[compile] is installed
+    python bench/gpu_check.py run DIR [--quick]       # on the GPU machine
+
+`prepare` compiles each program into one module for llvm-cpu, cuda and vulkan-spirv,
+runs it with `local-sync` and saves the module, its inputs and the CPU outputs in DIR.
+`run` loads each module with every GPU driver that has a device, compares the outputs
+with the CPU outputs of the same module, checks JAX's GPU result against them too when
+JAX sees a GPU, times all of them interleaved in one process (`_timing.measure`), and
+writes DIR/gpu.json and DIR/gpu.png. It exits non-zero if any result differs. With no
+GPU driver it says so and exits 0, so the pair runs anywhere.
+
+Programs: those of `iree_vs_jax.py` (sin, pushpop, tanh and each sample's
+`bench_program`), the README's quickstart gradient, and two large batches where the
+GPU has work to do: the LSTM training step at 4096 sequences and the ODE fit's loss and
+gradient summed over 4096 initial conditions (each solved by its own adaptive loop).
+IREE 3.13 knows no Hopper target (`--iree-cuda-target=sm_90` fails with "missing GPU
+target"), so cuda modules carry sm_80 PTX, which the driver compiles for the device
+when the module loads.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import fmt_ratio, fmt_time, measure, table, write_json  # noqa: E402
+
+GPU_TARGETS = {"cuda": "cuda", "vulkan-spirv": "vulkan"}  # compile target -> driver
+CUDA_ARCH = "sm_80"
+LARGE_BATCH = 4096
+
+
+def programs(quick: bool) -> dict:
+    """name -> (fn, args, rtol): the programs to check (needs JAX and whilst)."""
+    import jax
+    import jax.numpy as jnp
+    import whilst
+    from iree_vs_jax import PROGRAMS
+
+    found = {p.name: (p.fn, p.args, p.rtol)
+             for group in PROGRAMS.values() for p in group({}, quick)}
+
+    def fixed_point(W, x):
+        def cond(i, x, dx):
+            return dx > 1e-4
+
+        def body(i, x, dx):
+            y = jnp.tanh(W @ x)
+            return i + 1, y, jnp.max(jnp.abs(y - x))
+        _, x, _ = whilst.while_loop(cond, body, [0, x, jnp.inf], maximum_iterations=100)
+        return jnp.sum(x ** 2)
+
+    W = np.eye(4, dtype=np.float32) * 0.5
+    found["quickstart: grad"] = (jax.grad(fixed_point), (W, np.ones(4, np.float32)), 1e-4)
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "samples"))
+    import lstm
+    import ode_fit
+    batch = 256 if quick else LARGE_BATCH
+    fn, args = lstm.bench_program(batch_size=batch)
+    found[f"lstm batch {batch}"] = (fn, args, 1e-3)
+
+    fn, (log_params, y0, t_obs, y_obs) = ode_fit.bench_program()
+    y0s = y0 * np.random.default_rng(0).uniform(0.8, 1.25, (batch, 1)).astype(np.float32)
+
+    def batch_loss(log_params, y0s, t_obs, y_obs):
+        """sum of the ODE fit's loss over initial conditions."""
+        return jnp.sum(jax.vmap(ode_fit.loss, (None, 0, None, None))(log_params, y0s, t_obs,
+                                                                     y_obs))
+    found[f"ode fit batch {batch}"] = (jax.value_and_grad(batch_loss),
+                                       (log_params, y0s, t_obs, y_obs), 1e-3)
+    return found
+
+
+def prepare(out_dir: str, quick: bool) -> None:
+    """Compile every program for the CPU and the GPUs; save module, inputs, CPU outputs."""
+    import jax
+    import whilst
+
+    os.makedirs(out_dir, exist_ok=True)
+    manifest = {}
+    for k, (name, (fn, args, rtol)) in enumerate(programs(quick).items()):
+        print(f"compiling {name} ...", flush=True)
+        compiled = whilst.compile(fn, *args, target=["llvm-cpu", *GPU_TARGETS],
+                                  gpu_arch={"cuda": CUDA_ARCH}, cache=False)
+        stem = f"p{k}"
+        with open(os.path.join(out_dir, stem + ".vmfb"), "wb") as f:
+            f.write(compiled.data)
+        outputs = compiled.load("local-sync").main(*args)
+        np.savez(os.path.join(out_dir, stem + "_in.npz"), *map(np.asarray, args))
+        np.savez(os.path.join(out_dir, stem + "_cpu.npz"),
+                 *map(np.asarray, jax.tree_util.tree_leaves(outputs)))
+        manifest[name] = {"stem": stem, "rtol": rtol}
+    with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+    print(f"wrote {len(manifest)} programs to {out_dir}")
+
+
+def _loaded(path):
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def _max_error(got, want) -> float:
+    """Largest |got - want| relative to max(1, |want|max) over all leaves (inf if the
+    structure or a shape differs)."""
+    if len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        g = np.asarray(g)
+        if g.shape != w.shape:
+            return float("inf")
+        scale = max(1.0, float(np.abs(w).max(initial=0.0)))
+        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max(initial=0.0)) / scale)
+    return worst
+
+
+def _gpu_drivers() -> list[str]:
+    import iree.runtime as rt
+    present = []
+    for driver in GPU_TARGETS.values():
+        try:
+            rt.get_device(driver)
+            present.append(driver)
+        except Exception as e:  # noqa: BLE001 - any failure means: no such device here
+            print(f"no {driver} device: {e}")
+    return present
+
+
+def _jax_gpu(quick: bool):
+    """The programs as JAX functions on the GPU, or None where JAX sees no GPU."""
+    try:
+        import jax
+        if not jax.devices("gpu"):
+            return None
+    except Exception as e:  # noqa: BLE001 - no JAX, or no GPU backend
+        print(f"no JAX GPU: {str(e).splitlines()[0][:100]}")
+        return None
+    return programs(quick)
+
+
+def run(out_dir: str, quick: bool, budget_s: float) -> int:
+    """Check and time every prepared program on each GPU driver; 1 if a result differs."""
+    import whilst.runtime
+
+    drivers = _gpu_drivers()
+    if not drivers:
+        print("no GPU driver has a device here: nothing to check")
+        return 0
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    jax_programs = _jax_gpu(quick)
+    rows, failures = [], []
+    for name, entry in manifest.items():
+        stem, rtol = entry["stem"], entry["rtol"]
+        args = _loaded(os.path.join(out_dir, stem + "_in.npz"))
+        want = _loaded(os.path.join(out_dir, stem + "_cpu.npz"))
+        with open(os.path.join(out_dir, stem + ".vmfb"), "rb") as f:
+            data = f.read()
+        calls, row = {}, {"program": name}
+        for driver in drivers:
+            try:
+                fn = whilst.runtime.load(data, driver=driver).main
+                error = _max_error(_leaves(fn(*args)), want)
+            except Exception as e:  # noqa: BLE001 - report every failure, go on
+                failures.append(f"{name} on {driver}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            row[f"{driver}_error"] = error
+            if error > rtol:
+                failures.append(f"{name} on {driver}: differs from the CPU by {error:.3g}")
+            calls[driver] = _blocking_host(functools.partial(fn, *args))
+        if jax_programs is not None and name in jax_programs:
+            import jax
+            jitted = jax.jit(jax_programs[name][0])
+            device_args = jax.device_put(args, jax.devices("gpu")[0])
+            error = _max_error(_leaves(jitted(*device_args)), want)
+            row["jax_error"] = error
+            if error > rtol:
+                failures.append(f"{name} on JAX GPU: differs from IREE's CPU result by "
+                                f"{error:.3g}")
+            calls["jax"] = lambda jitted=jitted, a=device_args: jax.block_until_ready(
+                jitted(*a))
+        for key, timing in measure(calls, warmup=1, budget_s=budget_s, min_repeats=3).items():
+            row[f"{key}_s"] = timing.median
+            row[f"{key}_spread"] = timing.spread
+        rows.append(row)
+        print(f"{name}: " + ", ".join(f"{k} {fmt_time(row[k + '_s'])}" for k in calls),
+              flush=True)
+    results = {"drivers": drivers, "jax": jax_programs is not None, "rows": rows,
+               "failures": failures, "machine": _gpu_machine()}
+    write_json(os.path.join(out_dir, "gpu.json"), results)
+    print_results(results)
+    plot(results, os.path.join(out_dir, "gpu.png"))
+    return 1 if failures else 0
+
+
+def _leaves(outputs) -> list:
+    """The arrays of nested tuples and lists of outputs, in order."""
+    if isinstance(outputs, (tuple, list)):
+        return [leaf for item in outputs for leaf in _leaves(item)]
+    return [outputs]
+
+
+def _blocking_host(call):
+    """IREE results are device arrays; reading them to the host waits for the GPU."""
+    return lambda: [np.asarray(x) for x in _leaves(call())]
+
+
+def _gpu_machine() -> dict:
+    import importlib.metadata
+    info = {"iree": importlib.metadata.version("iree-base-runtime"), "cuda_arch": CUDA_ARCH}
+    try:
+        import jax
+        info["jax"] = jax.__version__
+        info["gpu"] = str(jax.devices("gpu")[0].device_kind)
+    except Exception:  # noqa: BLE001 - informative only
+        pass
+    return info
+
+
+def print_results(results) -> None:
+    drivers, rows = results["drivers"], results["rows"]
+    header = ["program"] + [f"IREE {d}" for d in drivers] + ["JAX GPU"]
+    header += [f"{d}/JAX" for d in drivers] + [f"{d} error" for d in drivers]
+    lines = []
+    for r in rows:
+        jax_s = r.get("jax_s")
+        line = [r["program"]] + [fmt_time(r.get(f"{d}_s")) for d in drivers]
+        line.append(fmt_time(jax_s))
+        line += [fmt_ratio(r[f"{d}_s"] / jax_s) if jax_s and f"{d}_s" in r else "-"
+                 for d in drivers]
+        line += [f"{r[f'{d}_error']:.1e}" if f"{d}_error" in r else "failed" for d in drivers]
+        lines.append(line)
+    table(f"\nIREE on the GPU against JAX on the GPU ({results['machine']}; medians; error "
+          "= largest difference from the CPU result of the same module)", header, lines)
+    print("failures: " + ("; ".join(results["failures"]) or "none"))
+
+
+def plot(results, path: str) -> None:
+    """Bars of IREE time / JAX GPU time per program and driver (log scale)."""
+    rows = [r for r in results["rows"] if r.get("jax_s")]
+    if not rows:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drivers = results["drivers"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    width = 0.8 / len(drivers)
+    xs = np.arange(len(rows))
+    for k, d in enumerate(drivers):
+        ax.bar(xs + k * width, [r[f"{d}_s"] / r["jax_s"] if f"{d}_s" in r else np.nan
+                                for r in rows], width, label=f"IREE {d}")
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="JAX GPU")
+    ax.set_yscale("log")
+    ax.set_xticks(xs + width * (len(drivers) - 1) / 2)
+    ax.set_xticklabels([r["program"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("IREE time / JAX GPU time")
+    ax.set_title(results["machine"].get("gpu", "GPU"))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=["prepare", "run"])
+    parser.add_argument("dir", help="where modules, inputs and CPU outputs are kept")
+    parser.add_argument("--quick", action="store_true", help="smaller programs and batches")
+    parser.add_argument("--budget", type=float, default=2.0,
+                        help="seconds of timed calls per program (default 2)")
+    args = parser.parse_args()
+    if args.step == "prepare":
+        prepare(args.dir, args.quick)
+        return 0
+    return run(args.dir, args.quick, args.budget)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
