@@ -50,7 +50,9 @@ import numpy as np
 import whilst
 from _timing import (blocking, fmt_ratio, fmt_time, machine, measure, table, write_json)
 from fixed_length import fixed_length, trip_counts
+from whilst._compile import compile_stage, prepare_stage
 from whilst.lowering import compile_to_stream, loop_counts, prepare, unroll_factors
+from whilst.lowering._ir_walk import public_functions
 
 DRIVERS = ("local-sync", "local-task")
 FLOOR_DRIVER = "local-sync"
@@ -199,7 +201,7 @@ def run_program(p: Program, drivers, budget_s) -> dict:
                jax_s=timings["jax"].median, jax_spread=timings["jax"].spread,
                trips=[dataclasses.asdict(t) for t in trips],
                loops=dict(unroll=unroll_factors(exported.text),
-                          per_iteration=per_iteration(exported)))
+                          per_iteration=per_iteration(prepare([exported]))))
     for driver in drivers:
         row[f"{driver}_s"] = timings[driver].median
         row[f"{driver}_spread"] = timings[driver].spread
@@ -208,36 +210,55 @@ def run_program(p: Program, drivers, budget_s) -> dict:
         if f"floor {label}" in timings:
             floor.update(s=timings[f"floor {label}"].median,
                          spread=timings[f"floor {label}"].spread)
+    row["floors"] = floors
     timed = {label: f for label, f in floors.items() if "s" in f}
     if timed:
         best = min(timed, key=lambda label: timed[label]["s"])
-        row.update(floors=floors, floor=best, floor_s=timed[best]["s"],
+        row.update(floor=best, floor_s=timed[best]["s"],
                    floor_ratio=timed[best]["s"] / row["jax_s"],
                    over_floor=row[f"{FLOOR_DRIVER}_s"] / timed[best]["s"])
     return row
 
 
 def floor_program(p: Program, trips, unroll, want) -> dict:
-    """The fixed-length twin of `p` compiled as whilst compiles (bench/fixed_length.py),
-    checked against JAX's results: {"call", "unroll" (per loop), "per_iteration"}, or
-    {"error"} where iree-compile fails on it."""
+    """The fixed-length twin of `p` (bench/fixed_length.py) prepared and compiled as
+    `whilst.compile` does, checked against JAX's results: {"call", "unroll" (per
+    loop), "per_iteration", "affinity"}, or {"error"} where iree-compile fails on it
+    or its results differ from JAX's. Where they differ only with the entry's
+    `stream.affinity` (bench/iree_limits/affinity_scan_gradient.py), the floor is
+    the module without it ("affinity": False), which copies loop-carried buffers."""
     twin = fixed_length(p.fn, trips, unroll)
-    exported = whilst.export(twin, *p.args)
-    try:
-        compiled = whilst.compile(exported, cache=False)
-    except whilst.CompileError as e:
-        return {"error": str(e).splitlines()[0]}
-    call = functools.partial(compiled.load(FLOOR_DRIVER).main, *p.args)
-    if not _allclose(call(), want, p.rtol):
-        raise AssertionError(f"{p.name}: the floor program's result differs from JAX's")
-    return {"call": call, "unroll": [t.unroll if unroll is None else unroll for t in trips],
-            "per_iteration": per_iteration(exported)}
+    prepared = prepare_stage([whilst.export(twin, *p.args)], ("llvm-cpu",))
+    for affinity, text in ((True, prepared), (False, without_affinity(prepared))):
+        try:
+            compiled = compile_stage(text, ["main"], ("llvm-cpu",), cache=False)
+        except whilst.CompileError as e:
+            return {"error": str(e).splitlines()[0]}
+        call = functools.partial(compiled.load(FLOOR_DRIVER).main, *p.args)
+        got = call()
+        if _allclose(got, want, p.rtol):
+            return {"call": call, "affinity": affinity,
+                    "unroll": [t.unroll if unroll is None else unroll for t in trips],
+                    "per_iteration": per_iteration(text)}
+        nans = sum(int(np.isnan(np.asarray(g)).sum()) for g in jax.tree_util.tree_leaves(got))
+    return {"error": f"IREE's result differs from JAX's ({nans} NaN)"}
 
 
-def per_iteration(exported) -> list[list[int]]:
+def without_affinity(text: str) -> str:
+    """Prepared module text with no `stream.affinity` on its public functions."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(text)
+        for op in public_functions(module):
+            del op.attributes["stream.affinity"]
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def per_iteration(text: str) -> list[list[int]]:
     """`[[readbacks, dispatches]]` per emitted loop iteration of each innermost loop of
-    the stream-phase module (`whilst.lowering.loop_counts`)."""
-    return [list(c) for c in loop_counts(compile_to_stream(prepare([exported])))]
+    prepared module text in the stream phase (`whilst.lowering.loop_counts`)."""
+    return [list(c) for c in loop_counts(compile_to_stream(text))]
 
 
 def print_results(rows, drivers):
@@ -258,7 +279,7 @@ def print_results(rows, drivers):
     misses = [f"{r['program']} on {d} ({r[f'{d}_ratio']:.2f}x)" for r in rows for d in drivers
               if r[f"{d}_ratio"] > 1.0]
     print("goal missed (IREE/JAX > 1.0): " + ("; ".join(misses) if misses else "none"))
-    floors = [r for r in rows if "floor_s" in r]
+    floors = [r for r in rows if "floors" in r]
     if floors:
         print_floors(floors)
 
@@ -269,10 +290,12 @@ def print_floors(rows):
     d = FLOOR_DRIVER
     lines = []
     for r in rows:
-        floor = r["floors"][r["floor"]]
+        floor = r["floors"].get(r.get("floor"), {"per_iteration": [], "unroll": []})
         lines.append([r["program"], fmt_time(r["jax_s"]), fmt_time(r[f"{d}_s"]),
-                      f"{fmt_time(r['floor_s'])} ({r['floor']})", fmt_ratio(r[f"{d}_ratio"]),
-                      fmt_ratio(r["floor_ratio"]), fmt_ratio(r["over_floor"]),
+                      f"{fmt_time(r['floor_s'])} ({r['floor']}"
+                      f"{'' if floor['affinity'] else ', no affinity'})" if "floor" in r else "-",
+                      fmt_ratio(r[f"{d}_ratio"]), fmt_ratio(r.get("floor_ratio")),
+                      fmt_ratio(r.get("over_floor")),
                       ", ".join(f"{t['most']}" + (f" (>={t['fewest']})" if t["fewest"] != t["most"]
                                                   else "") for t in r["trips"]),
                       _loops(r["loops"]["per_iteration"], r["loops"]["unroll"]),
@@ -284,7 +307,7 @@ def print_floors(rows):
     for r in rows:
         failed = {label: f["error"] for label, f in r["floors"].items() if "error" in f}
         for label, error in failed.items():
-            print(f"{r['program']}: floor {label} not compiled: {error}")
+            print(f"{r['program']}: no floor {label}: {error}")
 
 
 def _loops(per_iteration, unroll) -> str:
