@@ -6,6 +6,16 @@ time) and once for IREE llvm-cpu (`whilst.compile`), loaded with the
 and then only execution is timed, all variants interleaved in this process.
 Printed: medians, per-step time and the IREE/JAX ratio (goal: <= 1.0).
 
+The floor (issue 10): the program's fixed-length twin (bench/fixed_length.py:
+each whilst loop a `lax.scan` of exactly the steps it takes on these inputs,
+differentiated by JAX) compiled by `whilst.compile` with whilst's IREE flags and
+timed on local-sync with the rest, at scan unroll 1 and at the unroll whilst
+chose; the faster is the floor. It is what IREE 3.13 makes of the framework's own
+exact-length program: whilst-IREE/floor is the overhead of whilst's loops,
+floor/JAX what IREE costs against XLA. Per emitted loop iteration, the
+stream-phase module's host readbacks and dispatches (`loop_counts`) are printed
+for both, with the steps each emitted iteration runs.
+
 Programs (the PROGRAMS table; add one with `register`):
   1. sin       10k steps of x = sin(x)*0.9 + 0.1 on f32[64] (forward only)
   2. pushpop   jax.grad of that loop with maximum_iterations=N, N = 1000, 4000,
@@ -39,8 +49,15 @@ import numpy as np
 
 import whilst
 from _timing import (blocking, fmt_ratio, fmt_time, machine, measure, table, write_json)
+from fixed_length import fixed_length, trip_counts
+from whilst._compile import compile_stage, prepare_stage
+from whilst.lowering import compile_to_stream, loop_counts, prepare, unroll_factors
+from whilst.lowering._ir_walk import public_functions
 
 DRIVERS = ("local-sync", "local-task")
+FLOOR_DRIVER = "local-sync"
+# label -> the floor's scan unroll: 1, or None for the unroll whilst chooses per loop.
+FLOOR_UNROLLS = {"k=1": 1, "k=whilst": None}
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "samples")
 
 
@@ -157,10 +174,12 @@ def _allclose(got, want, rtol):
 
 
 def run_program(p: Program, drivers, budget_s) -> dict:
-    """Compile for both backends, check IREE against JAX, time execution only."""
+    """Compile for both backends and the floor, check IREE against JAX, time
+    execution only."""
     jitted = jax.jit(p.fn).lower(*p.args).compile()
     t = time.perf_counter()
-    compiled = whilst.compile(p.fn, *p.args, cache=False)  # time a real iree-compile
+    exported = whilst.export(p.fn, *p.args)
+    compiled = whilst.compile(exported, cache=False)  # time a real iree-compile
     compile_s = time.perf_counter() - t
     want = jax.block_until_ready(jitted(*p.args))
     calls = {"jax": blocking(jitted, *p.args)}
@@ -169,14 +188,77 @@ def run_program(p: Program, drivers, budget_s) -> dict:
         if not _allclose(call(), want, p.rtol):
             raise AssertionError(f"{p.name}: IREE {driver} result differs from JAX's")
         calls[driver] = call
+    trips = trip_counts(p.fn, *p.args)
+    floors = {}
+    for label, unroll in FLOOR_UNROLLS.items():
+        if unroll is None and all(t.unroll == 1 for t in trips):
+            continue  # the same program as k=1
+        floors[label] = floor_program(p, trips, unroll, want)
+        if "call" in floors[label]:
+            calls[f"floor {label}"] = floors[label].pop("call")
     timings = measure(calls, budget_s=budget_s)
     row = dict(program=p.name, group=p.group, steps=p.steps, iree_compile_s=compile_s,
-               jax_s=timings["jax"].median, jax_spread=timings["jax"].spread)
+               jax_s=timings["jax"].median, jax_spread=timings["jax"].spread,
+               trips=[dataclasses.asdict(t) for t in trips],
+               loops=dict(unroll=unroll_factors(exported.text),
+                          per_iteration=per_iteration(prepare([exported]))))
     for driver in drivers:
         row[f"{driver}_s"] = timings[driver].median
         row[f"{driver}_spread"] = timings[driver].spread
         row[f"{driver}_ratio"] = timings[driver].median / timings["jax"].median
+    for label, floor in floors.items():
+        if f"floor {label}" in timings:
+            floor.update(s=timings[f"floor {label}"].median,
+                         spread=timings[f"floor {label}"].spread)
+    row["floors"] = floors
+    timed = {label: f for label, f in floors.items() if "s" in f}
+    if timed:
+        best = min(timed, key=lambda label: timed[label]["s"])
+        row.update(floor=best, floor_s=timed[best]["s"],
+                   floor_ratio=timed[best]["s"] / row["jax_s"],
+                   over_floor=row[f"{FLOOR_DRIVER}_s"] / timed[best]["s"])
     return row
+
+
+def floor_program(p: Program, trips, unroll, want) -> dict:
+    """The fixed-length twin of `p` (bench/fixed_length.py) prepared and compiled as
+    `whilst.compile` does, checked against JAX's results: {"call", "unroll" (per
+    loop), "per_iteration", "affinity"}, or {"error"} where iree-compile fails on it
+    or its results differ from JAX's. Where they differ only with the entry's
+    `stream.affinity` (bench/iree_limits/affinity_scan_gradient.py), the floor is
+    the module without it ("affinity": False), which copies loop-carried buffers."""
+    twin = fixed_length(p.fn, trips, unroll)
+    prepared = prepare_stage([whilst.export(twin, *p.args)], ("llvm-cpu",))
+    for affinity, text in ((True, prepared), (False, without_affinity(prepared))):
+        try:
+            compiled = compile_stage(text, ["main"], ("llvm-cpu",), cache=False)
+        except whilst.CompileError as e:
+            return {"error": str(e).splitlines()[0]}
+        call = functools.partial(compiled.load(FLOOR_DRIVER).main, *p.args)
+        got = call()
+        if _allclose(got, want, p.rtol):
+            return {"call": call, "affinity": affinity,
+                    "unroll": [t.unroll if unroll is None else unroll for t in trips],
+                    "per_iteration": per_iteration(text)}
+        nans = sum(int(np.isnan(np.asarray(g)).sum()) for g in jax.tree_util.tree_leaves(got))
+    return {"error": f"IREE's result differs from JAX's ({nans} NaN)"}
+
+
+def without_affinity(text: str) -> str:
+    """Prepared module text with no `stream.affinity` on its public functions."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(text)
+        for op in public_functions(module):
+            del op.attributes["stream.affinity"]
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def per_iteration(text: str) -> list[list[int]]:
+    """`[[readbacks, dispatches]]` per emitted loop iteration of each innermost loop of
+    prepared module text in the stream phase (`whilst.lowering.loop_counts`)."""
+    return [list(c) for c in loop_counts(compile_to_stream(text))]
 
 
 def print_results(rows, drivers):
@@ -197,23 +279,63 @@ def print_results(rows, drivers):
     misses = [f"{r['program']} on {d} ({r[f'{d}_ratio']:.2f}x)" for r in rows for d in drivers
               if r[f"{d}_ratio"] > 1.0]
     print("goal missed (IREE/JAX > 1.0): " + ("; ".join(misses) if misses else "none"))
+    floors = [r for r in rows if "floors" in r]
+    if floors:
+        print_floors(floors)
+
+
+def print_floors(rows):
+    """The floor table: JAX, whilst on FLOOR_DRIVER and the floor, their ratios, and
+    readbacks/dispatches per emitted loop iteration (steps per iteration in brackets)."""
+    d = FLOOR_DRIVER
+    lines = []
+    for r in rows:
+        floor = r["floors"].get(r.get("floor"), {"per_iteration": [], "unroll": []})
+        lines.append([r["program"], fmt_time(r["jax_s"]), fmt_time(r[f"{d}_s"]),
+                      f"{fmt_time(r['floor_s'])} ({r['floor']}"
+                      f"{'' if floor['affinity'] else ', no affinity'})" if "floor" in r else "-",
+                      fmt_ratio(r[f"{d}_ratio"]), fmt_ratio(r.get("floor_ratio")),
+                      fmt_ratio(r.get("over_floor")),
+                      ", ".join(f"{t['most']}" + (f" (>={t['fewest']})" if t["fewest"] != t["most"]
+                                                  else "") for t in r["trips"]),
+                      _loops(r["loops"]["per_iteration"], r["loops"]["unroll"]),
+                      _loops(floor["per_iteration"], floor["unroll"])])
+    table(f"\nFloor: each whilst loop a lax.scan of its trip count, compiled with whilst's "
+          f"IREE flags ({d}; medians)",
+          ["program", "JAX", f"whilst {d}", "floor", "whilst/JAX", "floor/JAX", "whilst/floor",
+           "trips", "whilst loads/dispatches [k]", "floor loads/dispatches [k]"], lines)
+    for r in rows:
+        failed = {label: f["error"] for label, f in r["floors"].items() if "error" in f}
+        for label, error in failed.items():
+            print(f"{r['program']}: no floor {label}: {error}")
+
+
+def _loops(per_iteration, unroll) -> str:
+    """`2/23, 2/26 [64, 64]`: readbacks/dispatches per emitted iteration of each
+    innermost loop; [k]: steps per emitted iteration of each source loop."""
+    return (", ".join(f"{loads}/{dispatches}" for loads, dispatches in per_iteration)
+            + f" [{', '.join(map(str, unroll))}]")
 
 
 def plot(rows, drivers, out_dir):
-    """ratios.png: IREE/JAX per program and driver; steps.png: time against steps."""
+    """ratios.png: IREE/JAX per program and driver, and floor/JAX; steps.png: time
+    against steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(out_dir, exist_ok=True)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 4))
-    width = 0.8 / len(drivers)
     xs = np.arange(len(rows))
-    for k, d in enumerate(drivers):
-        ax.bar(xs + k * width, [r[f"{d}_ratio"] for r in rows], width, label=f"IREE {d}")
+    series = [(f"{d}_ratio", f"IREE {d}") for d in drivers]
+    if any("floor_ratio" in r for r in rows):
+        series.append(("floor_ratio", f"floor: lax.scan on IREE {FLOOR_DRIVER}"))
+    width = 0.8 / len(series)
+    for k, (key, label) in enumerate(series):
+        ax.bar(xs + k * width, [r.get(key, np.nan) for r in rows], width, label=label)
     ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="JAX CPU (goal)")
     ax.set_yscale("log")
-    ax.set_xticks(xs + width * (len(drivers) - 1) / 2)
+    ax.set_xticks(xs + width * (len(series) - 1) / 2)
     ax.set_xticklabels([r["program"] for r in rows], rotation=30, ha="right")
     ax.set_ylabel("IREE time / JAX time")
     ax.legend()

@@ -52,19 +52,3 @@ def compile_cache_dir(tmp_path_factory):
     os.environ["WHILST_CACHE_DIR"] = str(tmp_path_factory.mktemp("whilst-cache"))
     return os.environ["WHILST_CACHE_DIR"]
 
-
-def unroll_factors(stablehlo_text):
-    """The `whilst.unroll` attribute of each `stablehlo.while`, in program order."""
-    from iree.compiler import ir
-
-    factors = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.while":
-            factors.append(ir.IntegerAttr(op.operation.attributes["whilst.unroll"]).value)
-        return ir.WalkResult.ADVANCE
-
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        ir.Module.parse(stablehlo_text).operation.walk(visit)
-    return factors

@@ -396,7 +396,7 @@ def test_unrolled_steps_fuse_across_steps():
     dispatch (64 steps of x = sin(x)*0.9 + 0.1: 59 dispatches per emitted iteration;
     their push/pop gradient: 101 in the forward While); whilst compiles llvm-cpu
     modules with aggressive fusion, which fuses across steps (23 and 26)."""
-    from conftest import unroll_factors
+    from whilst.lowering import unroll_factors
 
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     forward = whilst.export(sin_steps, x, np.int32(0))

@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 import whilst
-from conftest import unroll_factors
+from whilst.lowering import unroll_factors
 from whilst.ir._onehot import ONE_HOT_ELEMENTS, onehot_indexing
 from whilst.ir._tracing import call
 

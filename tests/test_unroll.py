@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import unroll_factors
+from whilst.lowering import unroll_factors
 from whilst.ir import unroll_factor
 
 UNROLLS = [1, 2, 3, 5, 8]

@@ -13,10 +13,12 @@ from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trac
 from whilst.ir._reverse import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 from whilst.ir._unroll import unroll_factor
+from whilst.ir._while_lowering import exported_loop_forms
 
 __all__ = [
-    "COUNTER_AVAL", "DEFAULT_GRADIENT_MEMORY", "ROLES", "UNBOUNDED", "ResidualReport", "checkpointed_linear_while_p",
-    "expand_checkpointed_linear_while", "expand_linear_while", "functional_while",
+    "COUNTER_AVAL", "DEFAULT_GRADIENT_MEMORY", "ROLES", "UNBOUNDED", "ResidualReport",
+    "checkpointed_linear_while_p", "expand_checkpointed_linear_while", "expand_linear_while",
+    "exported_loop_forms", "functional_while",
     "functional_while_p", "iter_loops", "linear_while_p", "residual_report",
     "schedule_cost", "split_operands", "trace", "trace_with_consts", "uninitialized_p",
     "unroll_factor",

@@ -229,14 +229,19 @@ def _nonzero(x):
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
     if given; otherwise automatic when exporting (for IREE, which pays per
-    iteration) and 1 under `jax.jit` (XLA gains little and compiles longer).
-    Exported bodies unroll the `lax.scan`s in them (`unrolled_scans`), give
-    take the forms IREE 3.13 compiles and runs as XLA does (`export_forms`), and
-    those that run k > 1 steps read and write small
-    arrays at computed positions by one-hot selects (`_onehot.py`), which IREE
-    3.13 compiles unrolled."""
+    iteration, `exported_loop_forms`) and 1 under `jax.jit` (XLA gains little
+    and compiles longer)."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
+    return exported_loop_forms(cond_jaxpr, body_jaxpr, unroll)
+
+
+def exported_loop_forms(cond_jaxpr, body_jaxpr, unroll):
+    """`(cond_jaxpr, body_jaxpr, k)` as an exported loop emits them: the bodies
+    with their `lax.scan`s unrolled (`unrolled_scans`), in the forms IREE 3.13
+    compiles and runs as XLA does (`export_forms`), and k = `unroll_factor`; those
+    that run k > 1 steps read and write small arrays at computed positions by
+    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
     cond_jaxpr, body_jaxpr = (export_forms(unrolled_scans(j)) for j in (cond_jaxpr, body_jaxpr))
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:

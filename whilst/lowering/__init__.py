@@ -2,10 +2,11 @@
 modules for IREE. (The MLIR lowering rules live beside their primitives in
 `whilst.ir`.)"""
 from whilst.lowering._export import Exported, export
+from whilst.lowering._ir_walk import unroll_factors
 from whilst.lowering._iree import (
     TARGETS, CompileError, compile_flags, compile_module, compile_text, compile_to_stream,
     flag_sets, loop_counts, prepare, stream_copy_sizes, target_metadata)
 
 __all__ = ["TARGETS", "CompileError", "Exported", "compile_flags", "compile_module",
            "compile_text", "compile_to_stream", "export", "flag_sets", "loop_counts", "prepare",
-           "stream_copy_sizes", "target_metadata"]
+           "stream_copy_sizes", "target_metadata", "unroll_factors"]

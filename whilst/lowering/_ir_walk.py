@@ -1,4 +1,5 @@
-"""Finding ops in an MLIR module (IREE's Python bindings), for preparation's rewrites."""
+"""Finding ops in an MLIR module (IREE's Python bindings), for preparation's rewrites
+and for tests and benchmarks that read what was emitted."""
 from __future__ import annotations
 
 
@@ -28,3 +29,16 @@ def public_functions(module) -> list:
     """The `func.func` ops of `module` that have a body and public visibility."""
     return ops_where(module, lambda op: op.name == "func.func" and bool(op.regions[0].blocks)
                      and is_public(op))
+
+
+def unroll_factors(stablehlo_text: str) -> list[int]:
+    """The `whilst.unroll` attribute of each `stablehlo.while` whilst emitted (those
+    that have one; a `lax.scan` has none), in program order."""
+    from iree.compiler import ir
+
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        loops = ops_where(ir.Module.parse(stablehlo_text),
+                          lambda op: op.name == "stablehlo.while"
+                          and "whilst.unroll" in op.attributes)
+        return [ir.IntegerAttr(op.attributes["whilst.unroll"]).value for op in loops]

@@ -250,9 +250,12 @@ def stream_copy_sizes(stream_text: str) -> list[int | None]:
 
 
 def loop_counts(stream_text: str) -> list[tuple[int, int]]:
-    """`[(loads, dispatches)]` for each block of a stream-phase function that branches
-    back to itself (an emitted loop), counting `stream.resource.load` (device-to-host
-    readbacks) and `stream.cmd.dispatch` ops: the work of one loop iteration."""
+    """`[(loads, dispatches)]` for each innermost loop of a stream-phase function,
+    counting `stream.resource.load` (device-to-host readbacks) and
+    `stream.cmd.dispatch` ops: the work of one loop iteration. A loop is the blocks
+    from a branch target to the block that branches back to it (whilst's emitted
+    loops are one block, a `lax.scan`'s two: its test and its body); innermost: no
+    other loop lies within those blocks."""
     from iree.compiler import ir
 
     loops = []
@@ -262,8 +265,13 @@ def loop_counts(stream_text: str) -> list[tuple[int, int]]:
         for func in module.body.operations:
             if func.operation.name != "util.func" or not func.regions[0].blocks:
                 continue
-            for block in func.regions[0].blocks:
-                if block not in list(list(block.operations)[-1].operation.successors):
+            blocks = list(func.regions[0].blocks)
+            back_edges = {(blocks.index(target), j) for j, block in enumerate(blocks)
+                          for target in list(block.operations)[-1].operation.successors
+                          if blocks.index(target) <= j}
+            for first, last in sorted(back_edges):
+                if any(first <= inner[0] and inner[1] <= last and inner != (first, last)
+                       for inner in back_edges):
                     continue
                 counts = {"stream.resource.load": 0, "stream.cmd.dispatch": 0}
 
@@ -272,7 +280,8 @@ def loop_counts(stream_text: str) -> list[tuple[int, int]]:
                         counts[op.operation.name] += 1
                     return ir.WalkResult.ADVANCE
 
-                for op in block.operations:
-                    op.operation.walk(visit)
+                for block in blocks[first:last + 1]:
+                    for op in block.operations:
+                        op.operation.walk(visit)
                 loops.append(tuple(counts.values()))
     return loops
