@@ -88,6 +88,8 @@ def prepare(out_dir: str, quick: bool) -> None:
     import jax
     import whilst
 
+    if os.path.exists(out_dir) and os.listdir(out_dir):
+        sys.exit(f"{out_dir} is not empty: give prepare a new folder (nothing was written)")
     os.makedirs(out_dir, exist_ok=True)
     manifest = {}
     for k, (name, (fn, args, rtol)) in enumerate(programs(quick).items()):
