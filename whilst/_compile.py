@@ -156,14 +156,14 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       whilst.CompileError: iree-compile failed (its diagnostics are kept).
     """
     stages = Stages(on_stage)
+    targets = (target,) if isinstance(target, str) else tuple(target)
     if isinstance(fn_or_export, Exported):
         exports = [fn_or_export]
     elif isinstance(fn_or_export, (list, tuple)):
         exports = list(fn_or_export)
     else:
         with stages(f"export {name} to StableHLO"):
-            exports = [export(fn_or_export, *example_args, name=name)]
-    targets = (target,) if isinstance(target, str) else tuple(target)
+            exports = [export(fn_or_export, *example_args, name=name, targets=targets)]
     text = prepare_stage(exports, targets, cpu, gpu_arch, stages)
     return compile_stage(text, [e.name for e in exports], targets, cpu, gpu_arch, cache,
                          stages)

@@ -46,7 +46,8 @@ def main(args, out=print) -> None:
     for t in fns:
         with stages(f"export {t.name} to StableHLO"):
             exports.append(run_traced(t, path, "exporting",
-                                      lambda t=t: export(t.fn, *t.args, name=t.name)))
+                                      lambda t=t: export(t.fn, *t.args, name=t.name,
+                                                         targets=chosen)))
     try:
         text = prepare_stage(exports, chosen, args.cpu, gpu_arch, stages)
     except Exception as e:  # the MLIR bindings raise their own error types

@@ -38,12 +38,15 @@ the loop's last row, where nothing reads them. Rows of symbolic shape move one
 by one, in the forms of `_symbolic_indexing.py` (a scatter or gather each).
 
 A cond that reads the carry is evaluated at the end of the body and carried as
-an i32 0 or 1 (the cond region only tests it): IREE 3.13 crashes
+a boolean (the cond region only returns it; see VULKAN_BOOLEANS): IREE 3.13 crashes
 (ScfWhileOpConversion) on loops whose cond region reads a value the body
 computed from a tensor, the usual shape of convergence tests. Loops whose cond
 reads only the counter (gradient Whiles, bounds) keep the plain shape.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 from jax.core import ShapedArray
@@ -66,14 +69,29 @@ from whilst.ir._unroll import unroll_factor, unrolled_scans
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
-# An exported loop carries its booleans (boolean carries, residual stacks of
-# booleans; the predicate always) as int32 0 or 1: with loop-carried i1 tensors the
-# Vulkan (SPIR-V) code of IREE 3.13 reads wrong values (loops stopped after 0-2
+REMAINDER_ATTR = "whilst.remainder"  # the single steps after a loop's k-step iterations
+# Exports for Vulkan carry the booleans of their loops (the loop test, boolean
+# carries, residual stacks of booleans) as int32 0 or 1: with loop-carried i1
+# tensors the SPIR-V code of IREE 3.13 reads wrong values (loops stopped after 0-2
 # steps whatever their data; the LSTM sample's boolean residuals came back wrong),
-# and int8 storage fails too (bench/iree_limits/carried_booleans.py). Stacks of
-# booleans so take 4 bytes per element in exported modules; `gradient_memory`
-# counts 1. Under jax.jit on XLA booleans stay booleans.
-BOOL_STORAGE = np.int32
+# and int8 storage fails too (bench/iree_limits/carried_booleans.py). Other
+# exports keep i1: with an int32 loop test, IREE 3.13's llvm-cpu module of a
+# gradient of a gradient through a loop past its memory budget fails at run time
+# ("indirect buffer reference slot 0 is out range"). Stacks of booleans take 4
+# bytes per element in Vulkan exports; `gradient_memory` counts 1.
+VULKAN_BOOLEANS = np.int32
+_carried_booleans = contextvars.ContextVar("whilst_carried_booleans", default=np.bool_)
+
+
+@contextlib.contextmanager
+def booleans_carried_as(dtype):
+    """Within the block, exported loops carry their booleans as `dtype`."""
+    token = _carried_booleans.set(dtype)
+    try:
+        yield
+    finally:
+        _carried_booleans.reset(token)
+
 def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
         ctx.module_context, jaxpr.jaxpr, name_stack, mlir.TokenSet(),
@@ -114,41 +132,11 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         outs = _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *consts, *rows_in, i, *xs)
         return outs[:ncarry], outs[ncarry:]
 
-    # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
-    # row indices stay host-computable) and `count` counts the steps taken; the
-    # loop only goes on after an iteration of k steps. A loop bounded only by its
-    # trip count (cond always true: gradient and linear Whiles) needs neither:
-    # `i < bound` is tested in the cond region and the counter is min(i, bound).
-    counted = _always_true(cond_jaxpr)
-    rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
-    count_carried = k > 1 and not counted
-    # The carried predicate is an i32 0 or 1, for the reason given at BOOL_STORAGE.
-    storage = BOOL_STORAGE if ctx.module_context.lowering_parameters.for_export else np.bool_
-    extra_types = ([i32] if rotated else []) + ([i32] if count_carried else [])
-    stored = [_stored(a, storage) for a in ctx.avals_out]
-    loop_types = [i32, *extra_types, *(mlir.aval_to_ir_type(ctx.module_context, a)
-                                       for a in stored[1:])]
-    extra_init = ([hlo.convert(i32, predicate(const(0), carry))] if rotated else []) + (
-        [const(0)] if count_carried else [])
-    stacks0 = [uninitialized_value(ctx, _stored(a, storage)) for a in stack_avals]
-    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init,
-                                        *_to_storage(ctx, carry, carry_avals, storage),
-                                        *stacks0])
-    while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
-    while_op.attributes[NAME_ATTR] = ir.StringAttr.get(name)
-    while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
-
-    cond_block = while_op.regions[0].blocks.append(*loop_types)
-    with ir.InsertionPoint(cond_block):
-        i, *xs = cond_block.arguments
-        hlo.return_([_nonzero(xs[0]) if rotated
-                     else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals))])
-
-    body_block = while_op.regions[1].blocks.append(*loop_types)
-    with ir.InsertionPoint(body_block):
-        i, *xs = body_block.arguments
-        xs, stacks = split_list(xs[len(extra_types):], [ncarry])
-        xs = old_xs = _from_storage(ctx, xs, carry_avals)
+    def steps_from(i, xs, stacks, k, predicated):
+        """`(xs, stacks, steps)` after loop steps i .. i+k-1 (the first one admitted
+        by the loop test; the others `predicate`d and counted if `predicated`, all
+        run otherwise), popping and pushing one k-row chunk of each stack."""
+        old_xs = xs
         # Popped rows top - i - s for s in range(k): one chunk, read backwards.
         start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
         popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
@@ -160,19 +148,103 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         steps = const(1)
         for s in range(1, k):
             index = hlo.add(i, const(s))
-            active = predicate(index, xs)
+            active = predicate(index, xs) if predicated else None
             new, rows = step(index, xs, rows_in(s))
-            xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
+            if predicated:
+                xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
+                steps = hlo.add(steps, hlo.convert(i32, active))
+            else:
+                xs = new
             for chunk, r in zip(pushed, rows):
                 chunk.append(r)
-            if count_carried:
-                steps = hlo.add(steps, hlo.convert(i32, active))
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         at = hlo.add(i, const(row_offset))
         stacks = [_write_rows(ctx, st, _stored(a, storage),
                               _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
                                           storage), at)
                   for st, a, rs in zip(stacks, stack_avals, pushed)]
+        return xs, stacks, steps
+
+    # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
+    # row indices stay host-computable) and `count` counts the steps taken; the
+    # loop only goes on after an iteration of k steps. A loop bounded only by its
+    # trip count (cond always true: gradient and linear Whiles) needs neither:
+    # `i < bound` is tested in the cond region and the counter is min(i, bound).
+    counted = _always_true(cond_jaxpr)
+    rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
+    count_carried = k > 1 and not counted
+    storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
+               else np.bool_)
+    stacks0 = [uninitialized_value(ctx, _stored(a, storage)) for a in stack_avals]
+    trips = _trip_count(cond_jaxpr, body_jaxpr, cond_nconsts, len(consts) + pops, cond_consts,
+                        carry, bound, counted) if k > 1 and not (accumulators or pops) else None
+    if trips is not None:
+        def loop(start, xs, stacks, k, go_on):
+            """One `stablehlo.while` of unpredicated k-step iterations while
+            `go_on(i)`: `(i, xs, stacks)` after it."""
+            loop_types = [i32, *(v.type for v in _to_storage(ctx, xs, carry_avals, storage)),
+                          *(v.type for v in stacks)]
+            op = hlo.WhileOp(loop_types, [start, *_to_storage(ctx, xs, carry_avals, storage),
+                                          *stacks])
+            for attr, value in ((ROLE_ATTR, role), (NAME_ATTR, name)):
+                op.attributes[attr] = ir.StringAttr.get(value)
+            op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
+            if k == 1:
+                op.attributes[REMAINDER_ATTR] = ir.UnitAttr.get()
+            cond_block = op.regions[0].blocks.append(*loop_types)
+            with ir.InsertionPoint(cond_block):
+                hlo.return_([go_on(cond_block.arguments[0])])
+            body_block = op.regions[1].blocks.append(*loop_types)
+            with ir.InsertionPoint(body_block):
+                i, *rest = body_block.arguments
+                xs, stacks = split_list(rest, [ncarry])
+                xs, stacks, _ = steps_from(i, _from_storage(ctx, xs, carry_avals), stacks, k,
+                                           predicated=False)
+                hlo.return_([hlo.add(i, const(k)), *_to_storage(ctx, xs, carry_avals, storage),
+                             *stacks])
+            i, *rest = op.results
+            xs, stacks = split_list(rest, [ncarry])
+            return i, _from_storage(ctx, xs, carry_avals), stacks
+
+        def below(limit):
+            return lambda i: hlo.compare(i, limit, hlo.ComparisonDirectionAttr.get("LT"),
+                                         compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+        # k-step iterations while i + k <= trips, then single steps while i < trips.
+        # IREE 3.13 runs loops of constant trip count wrongly (a corpus case stopped
+        # after the first loop, or ran neither), so the count is hidden from folding.
+        (trips,) = hlo.OptimizationBarrierOp([trips]).results
+        i, xs, stacks = loop(const(0), carry, stacks0, k,
+                             below(hlo.subtract(trips, const(k - 1))))
+        i, xs, stacks = loop(i, xs, stacks, 1, below(trips))
+        return [i, *xs, *_from_storage(ctx, stacks, stack_avals)]
+    pred_aval = ShapedArray((), np.bool_)
+    pred_type = mlir.aval_to_ir_type(ctx.module_context, _stored(pred_aval, storage))
+    extra_types = ([pred_type] if rotated else []) + ([i32] if count_carried else [])
+    stored = [_stored(a, storage) for a in ctx.avals_out]
+    loop_types = [i32, *extra_types, *(mlir.aval_to_ir_type(ctx.module_context, a)
+                                       for a in stored[1:])]
+    extra_init = (_to_storage(ctx, [predicate(const(0), carry)], [pred_aval], storage)
+                  if rotated else []) + (
+        [const(0)] if count_carried else [])
+    while_op = hlo.WhileOp(loop_types, [const(0), *extra_init,
+                                        *_to_storage(ctx, carry, carry_avals, storage),
+                                        *stacks0])
+    while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(role)
+    while_op.attributes[NAME_ATTR] = ir.StringAttr.get(name)
+    while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
+
+    cond_block = while_op.regions[0].blocks.append(*loop_types)
+    with ir.InsertionPoint(cond_block):
+        i, *xs = cond_block.arguments
+        hlo.return_([_from_storage(ctx, xs[:1], [pred_aval])[0] if rotated
+                     else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals))])
+
+    body_block = while_op.regions[1].blocks.append(*loop_types)
+    with ir.InsertionPoint(body_block):
+        i, *xs = body_block.arguments
+        xs, stacks = split_list(xs[len(extra_types):], [ncarry])
+        xs, stacks, steps = steps_from(i, _from_storage(ctx, xs, carry_avals), stacks, k,
+                                       predicated=True)
         new_i = hlo.add(i, const(k))
         extra = []
         if rotated:
@@ -182,12 +254,13 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
             # (bench/iree_limits/unread_loop_predicate.mlir).
-            pred = hlo.and_(predicate(new_i, xs), _nonzero(body_block.arguments[1]))
+            carried, = _from_storage(ctx, body_block.arguments[1:2], [pred_aval])
+            pred = hlo.and_(predicate(new_i, xs), carried)
             if k > 1:
                 full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
                                    compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
                 pred = hlo.and_(pred, full)
-            extra.append(hlo.convert(i32, pred))
+            extra.extend(_to_storage(ctx, [pred], [pred_aval], storage))
         if count_carried:
             extra.append(hlo.add(body_block.arguments[len(extra_types)], steps))
         hlo.return_([new_i, *extra, *_to_storage(ctx, xs, carry_avals, storage), *stacks])
@@ -197,6 +270,66 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     elif k > 1:
         i = hlo.minimum(i, bound)
     return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:])]
+
+
+def _trip_count(cond_jaxpr, body_jaxpr, cond_nconsts, body_inputs_before_counter,
+                cond_consts, carry, bound, counted):
+    """The number of steps the loop will take, as an i32 computed before it, where
+    the loop test says so; else None::
+
+        bound                          # a loop bounded only by its trip count
+        min(bound, max(0, n))          # cond: i < n, on the loop counter i
+        min(bound, max(0, n - x0))     # cond: x < n, x a scalar int32 carry from x0
+                                       #   that each step increments by 1
+
+    with n loop-invariant (a constant of cond or a literal); n - x0 is taken
+    without wrapping."""
+    if counted:
+        return bound
+    jaxpr = cond_jaxpr.jaxpr
+    if len(jaxpr.eqns) != 1 or jaxpr.outvars[0] is not jaxpr.eqns[0].outvars[0]:
+        return None
+    (eqn,) = jaxpr.eqns
+    if eqn.primitive.name == "lt":
+        x, n = eqn.invars
+    elif eqn.primitive.name == "gt":
+        n, x = eqn.invars
+    else:
+        return None
+    if isinstance(n, Literal):
+        limit = mlir.ir_constant(np.int32(n.val))
+    elif n in jaxpr.invars[:cond_nconsts]:
+        limit = cond_consts[jaxpr.invars.index(n)]
+    else:
+        return None
+    if isinstance(x, Literal) or x.aval.dtype != np.int32 or x.aval.shape:
+        return None
+    position = jaxpr.invars.index(x) - cond_nconsts
+    zero = mlir.ir_constant(np.int32(0))
+    if position == 0:  # the loop counter
+        return hlo.minimum(bound, hlo.maximum(limit, zero))
+    if position < 0 or not _increments(body_jaxpr.jaxpr, body_inputs_before_counter,
+                                       position - 1):
+        return None
+    start = carry[position - 1]
+    u32 = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+    distance = hlo.subtract(hlo.convert(u32, limit), hlo.convert(u32, start))
+    trips = hlo.convert(limit.type, hlo.minimum(
+        distance, hlo.convert(u32, hlo.maximum(bound, zero))))
+    runs = hlo.compare(start, limit, hlo.ComparisonDirectionAttr.get("LT"),
+                       compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+    return hlo.select(runs, trips, zero)
+
+
+def _increments(body, inputs_before_counter, j) -> bool:
+    """Whether the body's carry output j is its carry input j plus the literal 1."""
+    x, out = body.invars[inputs_before_counter + 1 + j], body.outvars[j]
+    for eqn in body.eqns:
+        if eqn.outvars[0] is out:
+            return eqn.primitive.name == "add" and any(
+                a is x for a in eqn.invars) and any(
+                isinstance(a, Literal) and int(np.asarray(a.val)) == 1 for a in eqn.invars)
+    return False
 
 
 def _stored(aval, storage):
@@ -217,13 +350,6 @@ def _from_storage(ctx, values, avals):
     return [hlo.convert(mlir.aval_to_ir_type(ctx.module_context, a), v)
             if a.dtype == np.bool_ and ir.RankedTensorType(v.type).element_type
             != ir.IntegerType.get_signless(1) else v for v, a in zip(values, avals)]
-
-
-def _nonzero(x):
-    """x != 0 for an i32 scalar (a carried predicate)."""
-    zero = mlir.ir_constant(np.int32(0))
-    return hlo.compare(x, zero, hlo.ComparisonDirectionAttr.get("NE"),
-                       compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
 
 
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):

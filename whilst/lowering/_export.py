@@ -9,6 +9,7 @@ import numpy as np
 from jax.extend.core import jaxpr_as_fun
 
 from whilst.ir._export_forms import export_forms
+from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -43,7 +44,7 @@ def _tree_json(treedef) -> dict:
     return encode_tree(jax.tree_util.tree_unflatten(treedef, [LEAF] * treedef.num_leaves))
 
 
-def export(fn, *example_args, name: str = "main") -> Exported:
+def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
     """Export `fn(*example_args)` to StableHLO, keeping unused arguments.
 
     Args:
@@ -51,6 +52,9 @@ def export(fn, *example_args, name: str = "main") -> Exported:
       example_args: arrays or `jax.ShapeDtypeStruct`s (symbolic dims allowed,
         see `jax.export.symbolic_shape`) giving the input shapes and dtypes.
       name: the function's name in compiled modules.
+      targets: the compile targets the module is for; with "vulkan-spirv" among
+        them, loops carry their booleans as int32 (IREE 3.13's Vulkan code reads
+        loop-carried booleans wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`).
 
     Returns:
       An `Exported` with the VHLO artifact, the text and the signature (which
@@ -65,7 +69,12 @@ def export(fn, *example_args, name: str = "main") -> Exported:
     specs = jax.tree_util.tree_map(
         lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
-    exp = jax.export.export(jax.jit(_in_iree_forms(fn, specs), keep_unused=True))(*specs)
+    storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
+    with booleans_carried_as(storage):
+        exported_fn = _in_iree_forms(fn, specs)
+        # A new function each time: JAX must not reuse a lowering of the other storage.
+        exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
+                                        keep_unused=True))(*specs)
     args_tree = jax.tree_util.tree_structure(tuple(specs))
     signature = {
         "name": name,

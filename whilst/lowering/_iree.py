@@ -37,7 +37,8 @@ from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import (
-    constant_results_copied, distinct_loop_inits, results_after_loops)
+    constant_results_copied, distinct_loop_inits, results_after_loops,
+    whilst_loops_carry_booleans)
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -55,10 +56,17 @@ def prepare(exports, targets=None) -> str:
     """
     from iree.compiler import ir
 
+    vulkan = any(t["name"] == "vulkan-spirv" for t in targets or ())
     with ir.Context(), ir.Location.unknown():
         merged = ir.Module.create()
         for exp in exports:
             module = ir.Module.parse(exp.text)
+            if vulkan and whilst_loops_carry_booleans(module):
+                raise ValueError(
+                    f"{exp.name}: its loops carry booleans, which IREE 3.13's Vulkan code "
+                    f"reads wrongly; export it for Vulkan: whilst.export(fn, *args, "
+                    f"name={exp.name!r}, targets=[..., 'vulkan-spirv']), or pass the "
+                    f"function itself to whilst.compile.")
             _rename_symbols(module, exp.name)
             dynamic = has_dynamic_shapes(module)
             if dynamic:

@@ -26,6 +26,18 @@ from __future__ import annotations
 from whilst.lowering._ir_walk import ops_where, public_functions
 
 
+def whilst_loops_carry_booleans(module) -> bool:
+    """Whether a `stablehlo.while` that whilst emitted carries an i1 tensor (IREE
+    3.13's Vulkan code reads those wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`)."""
+    from iree.compiler import ir
+
+    return any(isinstance(ir.RankedTensorType(v.type).element_type, ir.IntegerType)
+               and ir.IntegerType(ir.RankedTensorType(v.type).element_type).width == 1
+               for loop in ops_where(module, lambda op: op.name == "stablehlo.while"
+                                     and "whilst.role" in op.attributes)
+               for v in loop.operands)
+
+
 def distinct_loop_inits(module) -> None:
     """Canonicalize and CSE `module` (as IREE will), then give each `stablehlo.while`
     operand that repeats an earlier tensor operand of the same loop its own copy."""
