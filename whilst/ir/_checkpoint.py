@@ -240,9 +240,10 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     the reverse one, and stores the switch's new carry. (The portable form costs
     the body and its vjp's residuals every iteration, and XLA:CPU fuses a second
     copy of the body into the store: 1.1-1.2x equinox's time at K = 90 in
-    bench/checkpoint_table.py. The other form costs IREE 3-10% more, running its
-    branches from the host.) Batched, XLA's CSE merges the body evaluations of the
-    branches. A body with effects keeps the portable form."""
+    bench/checkpoint_table.py. The other form cost IREE's local-sync driver 2-12%
+    more time, once 28%, running its branches from the host.) Batched, XLA's CSE
+    merges the body evaluations of the branches. A body with effects keeps the
+    portable form."""
     K = checkpoints
     n, pos, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
