@@ -4,26 +4,28 @@ next to equinox's online treeverse (`while_loop(kind="checkpointed", checkpoints
 both measured in this run by counting real body calls (a `jax.debug.callback` in the
 body), plus whilst's prediction (`whilst.ir.schedule_cost`), the lower bound for a
 forward that does not know n (`n - K`), and the median time of one gradient (no callback,
-JAX CPU; whilst and equinox timed alternately, 11 times each) with their ratio.
+JAX CPU; whilst and equinox timed alternately, 21 batches of calls of about 2 ms each)
+with their ratio.
 
 Extra per step = (body calls during jax.grad - 2 n) / n.
 
     .venv/bin/python bench/checkpoint_table.py [--quick]
 
-Measured (2-core x86 VM shared with other jobs, load 3-6, so noisy; jax 0.12.0.1, equinox
-0.13.8, 2026-11-24; times and ratios are medians of 4 runs for n = 100 and 1000, one run
-for n = 4000):
+Measured (2-core x86 VM shared with other jobs, load 2.5-4.5, so noisy; jax 0.12.0.1,
+equinox 0.13.8, 2026-11-24; times from one run; ratio: the median over 4 runs for n = 100
+and 1000 (range in brackets), that run for n = 4000; before: whilst at 988b6c6, run
+alternately with this in the same way):
 
-       K      n   whilst predicted  equinox   bound  whilst ms  equinox ms  ratio
-      90    100    0.100     0.100    0.100   0.100       0.18        0.19   0.93
-      90   1000    0.910     0.910    0.910   0.910       0.40        0.37   1.09
-      90   4000    0.978     0.978    0.978   0.978       1.08        0.95   1.13
-      16    100    0.840     0.840    0.840   0.840       0.13        0.13   1.03
-      16   1000    1.978     1.978    2.764   0.984       0.42        0.44   0.99
-      16   4000    2.793     2.793    3.954   0.996       1.49        1.66   0.90
-       4    100    2.860     2.860    3.030   0.960       0.07        0.07   1.00
-       4   1000    7.314     7.314   16.701   0.996       0.67        1.25   0.54
-       4   4000   11.642    11.642   70.081   0.999       3.57       27.55   0.13
+       K      n   whilst predicted  equinox   bound  whilst ms  equinox ms  ratio            before
+      90    100    0.100     0.100    0.100   0.100       0.16        0.17   1.00 (0.98-1.03) 1.02
+      90   1000    0.910     0.910    0.910   0.910       0.32        0.34   0.94 (0.92-0.96) 1.09
+      90   4000    0.978     0.978    0.978   0.978       0.85        0.93   0.91             1.17
+      16    100    0.840     0.840    0.840   0.840       0.13        0.13   1.00 (0.95-1.00) 1.02
+      16   1000    1.978     1.978    2.764   0.984       0.33        0.40   0.82 (0.81-0.85) 0.97
+      16   4000    2.793     2.793    3.954   0.996       1.33        1.94   0.69             0.90
+       4    100    2.860     2.860    3.030   0.960       0.07        0.07   0.94 (0.94-0.95) 1.04
+       4   1000    7.314     7.314   16.701   0.996       0.54        1.24   0.44 (0.43-0.44) 0.53
+       4   4000   11.642    11.642   70.081   0.999       2.84       18.51   0.15             0.20
 
 Where n <= (K+1)(K+2)/2 both sit on the bound n - K (a forward that does not know n
 stores at most K of the n states the reversal needs), which cannot be beaten. With
@@ -32,15 +34,18 @@ body evaluations. XLA:CPU (jax 0.12) compiles each of these small loops whole in
 function, so what counts per iteration is the code in the body, not thunks. PjRt runs
 a program XLA estimates under 1000 flops (a loop body counted once) on the calling
 thread, others on a worker thread, some 50 us more per call here: equinox's programs
-count 434 and 754 flops at K = 4 and 16, 2954 at K = 90; whilst's count 600, 884
-and 2689 since its binomial split is a loop under jax.jit on CPU (`xla_cpu_choice`;
-5820, 6186 and 8690 before, which made the K = 4 and 16, n = 100 cells 1.5-1.8x
-equinox's). At K = 90 and n >= 1000 whilst stays some 10% slower (1.5 on jax 0.12
-before the Wang and Moin update of the forward policy ran in a branch, only once in
-use, and the stored step went into pos and the steps stack by one write each). Not
-explained yet: its forward body still copies the int32[K] levels into and out of that
-branch every step, but keeping them out of it measured no difference within this
-machine's noise.
+count 434 and 754 flops at K = 4 and 16, 2954 at K = 90; whilst's 523, 783 and 2619
+(its binomial split is a loop under jax.jit on CPU, `xla_cpu_choice`). At K = 90 and
+n = 100 both spend some 90% of the time on that fixed cost (155 us at n = 0 for both).
+
+Before, whilst's gradient While stepped forwards before its `lax.switch`: every
+iteration evaluated the body (sin) and its vjp's residuals (cos), and XLA fused a
+second copy of the body into the write of the stored step (equinox's loop also
+evaluates sin and cos every iteration, once). On XLA:CPU each branch now evaluates
+what its action needs, the body in the advancing ones and the vjp in the reverse one
+(`_checkpoint._transpose`, exports unchanged), and the forward's Wang and Moin branch
+returns one level rather than the int32[K] level array, which XLA copied in and out
+of it every step.
 """
 from __future__ import annotations
 
@@ -87,19 +92,24 @@ def extra_per_step(kind, K, n):
     return (len(calls) - 2 * n) / n
 
 
-def median_times(K, n, repeats=11):
+def median_times(K, n, repeats=21, batch_s=2e-3):
     """Median seconds of one gradient, whilst's and equinox's, timed alternately so
-    that a change of load on the machine affects both."""
+    that a change of load on the machine affects both, each time over a batch of
+    calls of about `batch_s` seconds."""
     grads = [make(kind, K, False, None) for kind in ("whilst", "equinox")]
     x = jnp.full(D, 0.3)
     for grad in grads:
         jax.block_until_ready(grad(x, n))
+    t0 = time.perf_counter()
+    jax.block_until_ready(grads[0](x, n))
+    calls = max(1, round(batch_s / (time.perf_counter() - t0)))
     times = [[], []]
     for _ in range(repeats):
         for grad, ts in zip(grads, times):
             t0 = time.perf_counter()
-            jax.block_until_ready(grad(x, n))
-            ts.append(time.perf_counter() - t0)
+            for _ in range(calls):
+                jax.block_until_ready(grad(x, n))
+            ts.append((time.perf_counter() - t0) / calls)
     return [float(np.median(ts)) for ts in times]
 
 

@@ -42,8 +42,13 @@ def boundary_trip_counts(K):
     return sorted({0, 1, 2, K - 1, K, K + 1, u2 - 2, u2 - 1, u2, 2 * u2 + 1, 3 * u2} - {-1})
 
 
+@pytest.mark.parametrize("form", ["xla_cpu", "portable"])
 @pytest.mark.parametrize("K", [1, 2, 4, 16])
-def test_gradients_match_the_unrolled_loop(K):
+def test_gradients_match_the_unrolled_loop(K, form, monkeypatch):
+    """Both forms of the gradient While's body (`_checkpoint._transpose`)."""
+    if form == "portable":
+        monkeypatch.setattr("whilst.ir._checkpoint.xla_cpu_choice",
+                            lambda xla_cpu, portable, *args: portable(*args))
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=3)
     for n in boundary_trip_counts(K):
         got = grad(X0, W, n, K)

@@ -1,5 +1,5 @@
-"""`xla_cpu_choice`: integer code with a second form for XLA:CPU under jax.jit, the
-portable form everywhere else (exported modules included)."""
+"""`xla_cpu_choice`: code with a second form for XLA:CPU under jax.jit, the portable
+form everywhere else (exported modules included) and in derivatives."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +43,28 @@ def test_no_tangents():
     np.testing.assert_array_equal(jax.jvp(g, (2.0,), (1.0,))[1], WANT)
 
 
-def test_float_values_are_refused():
-    with pytest.raises(TypeError, match="integer or boolean"):
-        xla_cpu_choice(lambda x: [x], lambda x: [x], jnp.float32(1.0))
+def square(x):
+    """x ** 2, as `x * x` on XLA:CPU and through `abs` elsewhere."""
+    return xla_cpu_choice(lambda x: [x * x], lambda x: [jnp.abs(x) * jnp.abs(x)], x)[0]
+
+
+XF = np.array([-1.5, 0.0, 0.5, 2.0], np.float32)
+
+
+def test_float_values_and_their_derivatives():
+    np.testing.assert_allclose(jax.jit(square)(XF), XF ** 2)
+    assert "abs" not in jax.jit(square).lower(XF).as_text()
+    assert "abs" in whilst.export(square, XF).text
+    grad = jax.grad(lambda x: square(x).sum())
+    np.testing.assert_allclose(jax.jit(grad)(XF), 2 * XF)
+    np.testing.assert_allclose(jax.jit(jax.vmap(grad))(XF.reshape(2, 2)), 2 * XF.reshape(2, 2))
+    np.testing.assert_allclose(jax.jvp(square, (XF,), (np.ones(4, np.float32),))[1], 2 * XF)
+    np.testing.assert_allclose(jax.grad(jax.grad(lambda x: square(x)))(1.5), 2.0)
+
+
+def test_effects_are_refused():
+    def printed(x):
+        jax.debug.print("{}", x)
+        return [x]
+    with pytest.raises(TypeError, match="effects"):
+        xla_cpu_choice(printed, lambda x: [x], jnp.float32(1.0))

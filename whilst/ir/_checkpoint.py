@@ -57,6 +57,8 @@ Comput. 31(4) (2009).
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -230,9 +232,18 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     `steps` has a spare level K so that the step of a store is written
     unconditionally at level h; the slots are written under a mask.
 
-    The forward step (with the vjp's residuals) runs outside the `lax.switch`, so a
-    batched schedule (vmap, where the switch becomes a select) still evaluates the
-    body once per iteration."""
+    Its body has two forms (`xla_cpu_choice`). The portable one steps forwards
+    (with the vjp's residuals) before the `lax.switch`, so that a batched schedule
+    (vmap, where the switch becomes a select) evaluates the body once per
+    iteration, and stores from that step. The one for XLA:CPU evaluates in each
+    branch what its action needs, the body in the two that advance and its vjp in
+    the reverse one, and stores the switch's new carry. (The portable form costs
+    the body and its vjp's residuals every iteration, and XLA:CPU fuses a second
+    copy of the body into the store: 1.1-1.2x equinox's time at K = 90 in
+    bench/checkpoint_table.py. The other form cost IREE's local-sync driver 2-12%
+    more time, once 28%, running its branches from the host.) Batched, XLA's CSE
+    merges the body evaluations of the branches. A body with effects keeps the
+    portable form."""
     K = checkpoints
     n, pos, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
@@ -292,16 +303,22 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             return ct_xs, ct_c
         return merge_lists(list(carry_nz), out_z, out_nz), backward
 
-    def body(*args):
+    def body(xla_cpu, *args):
         cs, (_,), (state, steps, order), slots, xs, given, started = split_list(
             args, [nc, 1, 3, ncarry, ncarry, ngiven])
         zero_started, acc = split_list(zeros.unpack(started), [nzero])
         ct = merge_lists(zero_ct, given, zero_started)
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
-        ys, backward = step_vjp(cs, cur, xs)
+        # The branches take `operand`, and `step(operand) == step_vjp(cs, cur, xs)`.
+        if xla_cpu:   # each branch steps itself
+            step, operand = partial(step_vjp, cs, cur), xs
+        else:         # one step before the switch
+            operand, backward = step_vjp(cs, cur, xs)
+            step = lambda ys: (ys, backward)
         turn = cur == fine - 1
         store = cur + 1 == target          # never with turn: target < fine - 1
-        slots = [_store(s, store_slot, y, store) for s, y in zip(slots, ys)]
+        if not xla_cpu:
+            slots = [_store(s, store_slot, y, store) for s, y in zip(slots, operand)]
         # Level h of the stack is free (the spare level K when all are held). Portably
         # an elementwise write rather than a dynamic_update_slice: IREE 3.13 turns
         # this loop into the guarded do-while its stream conversion needs (when the
@@ -313,28 +330,38 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
             steps, h, cur + 1)
 
-        def reverse(state, steps, slots, ys, ct, acc):
+        def reverse(state, steps, slots, operand, ct, acc):
             # Reverse step cur, free the slot holding it, restore the latest one.
-            ct, ct_c = backward(ct)
+            ct, ct_c = step(operand)[1](ct)
             cur, h = state[0], state[3]
             h = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
             state, xs = restore(cur, h, steps, order, slots)
             return state, xs, ct, [a + c for a, c in zip(acc, ct_c)]
 
-        def advance(state, steps, slots, ys, ct, acc):
-            return state + np.array([1, 0, 0, 0, 0], np.int32), ys, ct, acc
+        def advance(state, steps, slots, operand, ct, acc):
+            return state + np.array([1, 0, 0, 0, 0], np.int32), step(operand)[0], ct, acc
 
-        def advance_and_store(state, steps, slots, ys, ct, acc):
-            # Step cur + 1 was the planned one and is stored: re-plan from it.
-            return plan(state[0] + 1, state[1], state[3] + 1, order), ys, ct, acc
+        def advance_and_store(state, steps, slots, operand, ct, acc):
+            # Step cur + 1 is the planned one, stored: re-plan from it.
+            return plan(state[0] + 1, state[1], state[3] + 1, order), step(operand)[0], ct, acc
 
         which = jnp.where(turn, 0, jnp.where(store, 2, 1))
         state, xs, ct, acc = schedule_branch(lambda which, *operands: lax.switch(
             which, [reverse, advance, advance_and_store], *operands))(
-                which, state, steps, slots, ys, ct, acc)
+                which, state, steps, slots, operand, ct, acc)
+        if xla_cpu:   # the switch's xs: the stored step when `store`
+            slots = [_store(s, store_slot, x, store) for s, x in zip(slots, xs)]
         given, zero_started = partition_list(zero_ct, ct)
-        return [state, steps, order, *slots, *xs, *given,
+        return [state, steps, *slots, *xs, *given,
                 *zeros.update(started, [*zero_started, *acc])]
+
+    def gradient_step(*args):
+        """`body`, in both forms unless the user's body has effects; `order` passes
+        through outside them, where `functional_while` sees it is loop-invariant."""
+        portable = partial(body, False)
+        state, steps, *rest = portable(*args) if body_jaxpr.effects else xla_cpu_choice(
+            partial(body, True), portable, *args)
+        return [state, steps, args[nc + 3], *rest]
 
     def cond(i, state, *_):
         return [state[1] > 0]
@@ -346,7 +373,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in consts]
-    gradient_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+    gradient_body = trace_closed(gradient_step, [*const_avals, COUNTER_AVAL, *carry_avals],
                                  "checkpointed_gradient_body")
     if schedule_selected:
         gradient_body = selected_schedule(gradient_body)

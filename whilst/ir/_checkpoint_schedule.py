@@ -264,7 +264,8 @@ def policy_step_jnp(step, state, pos, K: int, xla_cpu: bool = False):
 
     Stumm and Walther's scalar update runs every step. Wang and Moin's, over all K
     slots, is in use after (K+1)(K+2)/2 - 1 steps: with `xla_cpu` it runs in a
-    `lax.cond` only then, and writes one slot's entries in place; else it runs
+    `lax.cond` only then, and its slot's level is written in place after the cond
+    (a level array out of the cond, XLA copied it twice a step); else it runs
     every step and elementwise selects keep its results or not. The slot of the
     latest store stands for `argmax(pos)`, which it equals whenever Wang and
     Moin's policy is in use (every slot is filled by then)."""
@@ -297,12 +298,10 @@ def policy_step_jnp(step, state, pos, K: int, xla_cpu: bool = False):
                     disp)
 
         if xla_cpu:
-            def in_use(levels, disp):
-                wm_slot, level, disp = wang_moin(levels, disp)
-                return wm_slot, levels.at[wm_slot].set(level), disp
-            wm_slot, levels, disp = lax.cond(use_wm, in_use,
-                                             lambda levels, disp: (last, levels, disp),
-                                             levels, disp)
+            wm_slot, level, disp = lax.cond(
+                use_wm, wang_moin, lambda levels, disp: (last, levels[last], disp),
+                levels, disp)
+            levels = lax.dynamic_update_index_in_dim(levels, level, wm_slot, 0)
         else:
             wm_slot, level, wm_disp = wang_moin(levels, disp)
             levels = jnp.where(use_wm & (slots == wm_slot), level, levels)

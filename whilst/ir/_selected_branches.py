@@ -31,6 +31,7 @@ from jax.extend.core import ClosedJaxpr
 
 from whilst.ir._rewrite import INLINED, rewrite_equations
 from whilst.ir._tracing import call
+from whilst.ir._xla_cpu_choice import xla_cpu_choice_p
 
 SCHEDULE_BRANCH = "whilst_schedule_branch"  # the name of the calls `schedule_branch` makes
 
@@ -45,11 +46,17 @@ def schedule_branch(fn):
 
 def selected_schedule(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` with the conds of its `schedule_branch` calls in the selected form of
-    the module docstring; the same jaxpr object when it has none."""
+    the module docstring, also in both forms of its `xla_cpu_choice`s; the same
+    jaxpr object when it has none."""
     return rewrite_equations(jaxpr, _schedule_call, "selected_schedule")
 
 
 def _schedule_call(eqn):
+    if eqn.primitive is xla_cpu_choice_p:
+        forms = {k: selected_schedule(v) for k, v in eqn.params.items()}
+        if all(forms[k] is v for k, v in eqn.params.items()):
+            return None
+        return lambda *args, **params: xla_cpu_choice_p.bind(*args, **forms)
     sub = INLINED.get(eqn.primitive.name)
     if sub is None or eqn.params.get("name") != SCHEDULE_BRANCH:
         return None

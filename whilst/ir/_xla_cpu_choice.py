@@ -1,28 +1,30 @@
-"""Integer code with a second form for XLA:CPU under `jax.jit`.
+"""Code with a second form for XLA:CPU under `jax.jit`.
 
 `xla_cpu_choice(xla_cpu, portable, *args)` is `portable(*args)`; lowered for
 XLA:CPU it runs `xla_cpu(*args)` instead, which must give the same results. The
-forms differ in the control flow each compiler runs cheaply. XLA:CPU compiles a
-small loop whole into one function, where a branch or a nested loop costs next
-to nothing, and PjRt runs a program on the calling thread only if XLA estimates
-it under 1000 flops (counting a loop body once), on a worker thread otherwise
-(tens of microseconds a call). IREE runs every branch and nested loop from the
-host, a round trip each. Exported functions and loop bodies get `portable` in
-line (`portable_forms`, the first of `export_forms`), so the other export
-rewrites see it; other backends lower `portable`.
+forms differ in the control flow each compiler runs cheaply, and in what they
+compute inside a branch rather than before it. XLA:CPU compiles a small loop
+whole into one function, where a branch or a nested loop costs next to nothing,
+and PjRt runs a program on the calling thread only if XLA estimates it under
+1000 flops (counting a loop body once), on a worker thread otherwise (tens of
+microseconds a call). IREE runs every branch and nested loop from the host, a
+round trip each. Exported functions and loop bodies get `portable` in line, and
+the choices in it too (`portable_forms`, the first of `export_forms`), so the
+other export rewrites see it; other backends lower `portable`.
 
-For integer and boolean values only: they have no tangents.
+Differentiated, a choice is its portable form's: the jvp of a choice with
+non-zero tangents is that of `portable`, in line (so reverse mode transposes
+plain code), and one with only zero tangents (integer code) stays a choice.
 """
 from __future__ import annotations
 
 from functools import partial
 
 import jax
-import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from whilst._jax_compat import apply_primitive
+from whilst._jax_compat import apply_primitive, jvp_jaxpr, split_list
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
 from whilst.ir._tracing import call, trace_closed
 
@@ -38,21 +40,29 @@ def xla_cpu_choice(xla_cpu, portable, *args) -> list:
     lowered for XLA:CPU (see the module docstring).
 
     Raises:
-      TypeError: an argument or a result is not of an integer or boolean dtype.
+      TypeError: a form has effects (such as `jax.debug.callback`).
     """
     avals = [jax.typeof(x) for x in args]
     jaxprs = [trace_closed(fn, avals, name) for fn, name in
               [(xla_cpu, "xla_cpu_form"), (portable, "portable_form")]]
-    for a in [*avals, *jaxprs[1].out_avals]:
-        if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
-            raise TypeError(f"xla_cpu_choice: integer or boolean values only; found {a}. "
-                            f"Compute float values outside it.")
+    if any(j.effects for j in jaxprs):
+        raise TypeError(f"xla_cpu_choice: forms without effects only; found "
+                        f"{set().union(*(j.effects for j in jaxprs))}. Call the portable "
+                        f"form alone.")
     return xla_cpu_choice_p.bind(*args, xla_cpu=jaxprs[0], portable=jaxprs[1])
 
 
-def _jvp(primals, tangents, **params):
-    out = xla_cpu_choice_p.bind(*primals, **params)
-    return out, [ad.Zero(o.aval.to_tangent_aval()) for o in out]
+def _jvp(primals, tangents, *, xla_cpu, portable):
+    nonzeros = [type(t) is not ad.Zero for t in tangents]
+    zeros = [ad.Zero(a.to_tangent_aval()) for a in portable.out_avals]
+    if not any(nonzeros):
+        return xla_cpu_choice_p.bind(*primals, xla_cpu=xla_cpu, portable=portable), zeros
+    jvp, out_nonzeros = jvp_jaxpr(portable, nonzeros, instantiate=False)
+    out, nonzero_tangents = split_list(
+        call(jvp, *primals, *[t for t, nz in zip(tangents, nonzeros) if nz]),
+        [len(zeros)])
+    it = iter(nonzero_tangents)
+    return out, [next(it) if nz else z for nz, z in zip(out_nonzeros, zeros)]
 
 
 def _batch(args, dims, *, xla_cpu, portable):
@@ -72,7 +82,7 @@ mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
 
 def _inline_portable(eqn):
     if eqn.primitive is xla_cpu_choice_p:
-        return lambda *args, xla_cpu, portable: call(portable, *args)
+        return lambda *args, xla_cpu, portable: call(portable_forms(portable), *args)
     return None
 
 
