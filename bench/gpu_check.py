@@ -83,8 +83,9 @@ def programs(quick: bool) -> dict:
     return found
 
 
-def prepare(out_dir: str, quick: bool) -> None:
-    """Compile every program for the CPU and the GPUs; save module, inputs, CPU outputs."""
+def prepare(out_dir: str, quick: bool, only: str | None = None) -> None:
+    """Compile every program (those whose names contain one of the comma-separated
+    `only` words) for the CPU and the GPUs; save module, inputs, CPU outputs."""
     import jax
     import whilst
 
@@ -92,7 +93,9 @@ def prepare(out_dir: str, quick: bool) -> None:
         sys.exit(f"{out_dir} is not empty: give prepare a new folder (nothing was written)")
     os.makedirs(out_dir, exist_ok=True)
     manifest = {}
-    for k, (name, (fn, args, rtol)) in enumerate(programs(quick).items()):
+    chosen = {name: p for name, p in programs(quick).items()
+              if only is None or any(word in name for word in only.split(","))}
+    for k, (name, (fn, args, rtol)) in enumerate(chosen.items()):
         print(f"compiling {name} ...", flush=True)
         compiled = whilst.compile(fn, *args, target=["llvm-cpu", *GPU_TARGETS],
                                   gpu_arch={"cuda": CUDA_ARCH}, cache=False)
@@ -284,11 +287,13 @@ def main() -> int:
     parser.add_argument("step", choices=["prepare", "run"])
     parser.add_argument("dir", help="where modules, inputs and CPU outputs are kept")
     parser.add_argument("--quick", action="store_true", help="smaller programs and batches")
+    parser.add_argument("--programs", metavar="WORD[,WORD...]",
+                        help="prepare only the programs whose names contain one of these")
     parser.add_argument("--budget", type=float, default=2.0,
                         help="seconds of timed calls per program (default 2)")
     args = parser.parse_args()
     if args.step == "prepare":
-        prepare(args.dir, args.quick)
+        prepare(args.dir, args.quick, args.programs)
         return 0
     return run(args.dir, args.quick, args.budget)
 
