@@ -1,4 +1,5 @@
-"""MLIR lowering of `functional_while_p` to exactly one `stablehlo.while`.
+"""MLIR lowering of `functional_while_p` to one `stablehlo.while` (two when the
+trip count is known before the loop, below).
 
 The op gets two discardable attributes: `whilst.role` ("forward" | "gradient" |
 "linear") and `whilst.name`. Constants are captured from the enclosing region
@@ -29,6 +30,21 @@ become one-hot selects first (`_onehot.py`), so that such bodies unroll too.
 (`count` is carried, and read by the body, rather than recomputed from the
 last iteration's `steps`: iree-compile 3.13 crashes (ScfWhileOpConversion)
 when a result the body overwrites without reading is used after the loop.)
+
+When k > 1 and the trip count is known before the loop (`_trip_count`: a loop
+bounded only by it, or a test `x < n` on a carry that each step increments by
+1) and the loop pushes and pops no residual rows, no step needs a test::
+
+    trips = barrier(trip_count)             # IREE 3.13 ran constant counts wrongly
+    i = 0
+    while i + k <= trips:                   # k steps, no select: they fuse
+        x = body(i + k - 1, ... body(i, x)); i += k
+    while i < trips:                        # the remainder (`whilst.remainder`)
+        x = body(i, x); i += 1
+    return trips, x
+
+(With pushes or pops, IREE 3.13 computed wrong gradients of gradients and built
+modules that fail at run time with this form.)
 
 Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
 k steps push are concatenated into one `[k, *row]` chunk written with one
@@ -91,6 +107,7 @@ def booleans_carried_as(dtype):
         yield
     finally:
         _carried_booleans.reset(token)
+
 
 def _subcomp(ctx, jaxpr: ClosedJaxpr, name_stack, *args):
     outs, _ = mlir.jaxpr_subcomp(
