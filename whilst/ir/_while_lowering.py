@@ -1,5 +1,4 @@
-"""MLIR lowering of `functional_while_p` to one `stablehlo.while` (two when the
-trip count is known before the loop, below).
+"""MLIR lowering of `functional_while_p` to exactly one `stablehlo.while`.
 
 The op gets two discardable attributes: `whilst.role` ("forward" | "gradient" |
 "linear") and `whilst.name`. Constants are captured from the enclosing region
@@ -30,21 +29,6 @@ become one-hot selects first (`_onehot.py`), so that such bodies unroll too.
 (`count` is carried, and read by the body, rather than recomputed from the
 last iteration's `steps`: iree-compile 3.13 crashes (ScfWhileOpConversion)
 when a result the body overwrites without reading is used after the loop.)
-
-When k > 1 and the trip count is known before the loop (`_trip_count`: a loop
-bounded only by it, or a test `x < n` on a carry that each step increments by
-1) and the loop pushes and pops no residual rows, no step needs a test::
-
-    trips = barrier(trip_count)             # IREE 3.13 ran constant counts wrongly
-    i = 0
-    while i + k <= trips:                   # k steps, no select: they fuse
-        x = body(i + k - 1, ... body(i, x)); i += k
-    while i < trips:                        # the remainder (`whilst.remainder`)
-        x = body(i, x); i += 1
-    return trips, x
-
-(With pushes or pops, IREE 3.13 computed wrong gradients of gradients and built
-modules that fail at run time with this form.)
 
 Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
 k steps push are concatenated into one `[k, *row]` chunk written with one
@@ -85,7 +69,6 @@ from whilst.ir._unroll import unroll_factor, unrolled_scans
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
-REMAINDER_ATTR = "whilst.remainder"  # the single steps after a loop's k-step iterations
 # Exports for Vulkan carry the booleans of their loops (the loop test, boolean
 # carries, residual stacks of booleans) as int32 0 or 1: with loop-carried i1
 # tensors the SPIR-V code of IREE 3.13 reads wrong values (loops stopped after 0-2
@@ -149,39 +132,6 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         outs = _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *consts, *rows_in, i, *xs)
         return outs[:ncarry], outs[ncarry:]
 
-    def steps_from(i, xs, stacks, k, predicated):
-        """`(xs, stacks, steps)` after loop steps i .. i+k-1 (the first one admitted
-        by the loop test; the others `predicate`d and counted if `predicated`, all
-        run otherwise), popping and pushing one k-row chunk of each stack."""
-        old_xs = xs
-        # Popped rows top - i - s for s in range(k): one chunk, read backwards.
-        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
-        popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
-
-        def rows_in(s):
-            return [rows[k - 1 - s] for rows in popped_rows]
-        xs, rows = step(i, xs, rows_in(0))
-        pushed = [[r] for r in rows]
-        steps = const(1)
-        for s in range(1, k):
-            index = hlo.add(i, const(s))
-            active = predicate(index, xs) if predicated else None
-            new, rows = step(index, xs, rows_in(s))
-            if predicated:
-                xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
-                steps = hlo.add(steps, hlo.convert(i32, active))
-            else:
-                xs = new
-            for chunk, r in zip(pushed, rows):
-                chunk.append(r)
-        xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
-        at = hlo.add(i, const(row_offset))
-        stacks = [_write_rows(ctx, st, _stored(a, storage),
-                              _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
-                                          storage), at)
-                  for st, a, rs in zip(stacks, stack_avals, pushed)]
-        return xs, stacks, steps
-
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
     # row indices stay host-computable) and `count` counts the steps taken; the
     # loop only goes on after an iteration of k steps. A loop bounded only by its
@@ -193,47 +143,6 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
                else np.bool_)
     stacks0 = [uninitialized_value(ctx, _stored(a, storage)) for a in stack_avals]
-    trips = _trip_count(cond_jaxpr, body_jaxpr, cond_nconsts, len(consts) + pops, cond_consts,
-                        carry, bound, counted) if k > 1 and not (accumulators or pops) else None
-    if trips is not None:
-        def loop(start, xs, stacks, k, go_on):
-            """One `stablehlo.while` of unpredicated k-step iterations while
-            `go_on(i)`: `(i, xs, stacks)` after it."""
-            loop_types = [i32, *(v.type for v in _to_storage(ctx, xs, carry_avals, storage)),
-                          *(v.type for v in stacks)]
-            op = hlo.WhileOp(loop_types, [start, *_to_storage(ctx, xs, carry_avals, storage),
-                                          *stacks])
-            for attr, value in ((ROLE_ATTR, role), (NAME_ATTR, name)):
-                op.attributes[attr] = ir.StringAttr.get(value)
-            op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), k)
-            if k == 1:
-                op.attributes[REMAINDER_ATTR] = ir.UnitAttr.get()
-            cond_block = op.regions[0].blocks.append(*loop_types)
-            with ir.InsertionPoint(cond_block):
-                hlo.return_([go_on(cond_block.arguments[0])])
-            body_block = op.regions[1].blocks.append(*loop_types)
-            with ir.InsertionPoint(body_block):
-                i, *rest = body_block.arguments
-                xs, stacks = split_list(rest, [ncarry])
-                xs, stacks, _ = steps_from(i, _from_storage(ctx, xs, carry_avals), stacks, k,
-                                           predicated=False)
-                hlo.return_([hlo.add(i, const(k)), *_to_storage(ctx, xs, carry_avals, storage),
-                             *stacks])
-            i, *rest = op.results
-            xs, stacks = split_list(rest, [ncarry])
-            return i, _from_storage(ctx, xs, carry_avals), stacks
-
-        def below(limit):
-            return lambda i: hlo.compare(i, limit, hlo.ComparisonDirectionAttr.get("LT"),
-                                         compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
-        # k-step iterations while i + k <= trips, then single steps while i < trips.
-        # IREE 3.13 runs loops of constant trip count wrongly (a corpus case stopped
-        # after the first loop, or ran neither), so the count is hidden from folding.
-        (trips,) = hlo.OptimizationBarrierOp([trips]).results
-        i, xs, stacks = loop(const(0), carry, stacks0, k,
-                             below(hlo.subtract(trips, const(k - 1))))
-        i, xs, stacks = loop(i, xs, stacks, 1, below(trips))
-        return [i, *xs, *_from_storage(ctx, stacks, stack_avals)]
     pred_aval = ShapedArray((), np.bool_)
     pred_type = mlir.aval_to_ir_type(ctx.module_context, _stored(pred_aval, storage))
     extra_types = ([pred_type] if rotated else []) + ([i32] if count_carried else [])
@@ -260,8 +169,31 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     with ir.InsertionPoint(body_block):
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
-        xs, stacks, steps = steps_from(i, _from_storage(ctx, xs, carry_avals), stacks, k,
-                                       predicated=True)
+        xs = old_xs = _from_storage(ctx, xs, carry_avals)
+        # Popped rows top - i - s for s in range(k): one chunk, read backwards.
+        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
+        popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
+
+        def rows_in(s):
+            return [rows[k - 1 - s] for rows in popped_rows]
+        xs, rows = step(i, xs, rows_in(0))
+        pushed = [[r] for r in rows]
+        steps = const(1)
+        for s in range(1, k):
+            index = hlo.add(i, const(s))
+            active = predicate(index, xs)
+            new, rows = step(index, xs, rows_in(s))
+            xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
+            for chunk, r in zip(pushed, rows):
+                chunk.append(r)
+            if count_carried:
+                steps = hlo.add(steps, hlo.convert(i32, active))
+        xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
+        at = hlo.add(i, const(row_offset))
+        stacks = [_write_rows(ctx, st, _stored(a, storage),
+                              _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
+                                          storage), at)
+                  for st, a, rs in zip(stacks, stack_avals, pushed)]
         new_i = hlo.add(i, const(k))
         extra = []
         if rotated:
@@ -287,66 +219,6 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     elif k > 1:
         i = hlo.minimum(i, bound)
     return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:])]
-
-
-def _trip_count(cond_jaxpr, body_jaxpr, cond_nconsts, body_inputs_before_counter,
-                cond_consts, carry, bound, counted):
-    """The number of steps the loop will take, as an i32 computed before it, where
-    the loop test says so; else None::
-
-        bound                          # a loop bounded only by its trip count
-        min(bound, max(0, n))          # cond: i < n, on the loop counter i
-        min(bound, max(0, n - x0))     # cond: x < n, x a scalar int32 carry from x0
-                                       #   that each step increments by 1
-
-    with n loop-invariant (a constant of cond or a literal); n - x0 is taken
-    without wrapping."""
-    if counted:
-        return bound
-    jaxpr = cond_jaxpr.jaxpr
-    if len(jaxpr.eqns) != 1 or jaxpr.outvars[0] is not jaxpr.eqns[0].outvars[0]:
-        return None
-    (eqn,) = jaxpr.eqns
-    if eqn.primitive.name == "lt":
-        x, n = eqn.invars
-    elif eqn.primitive.name == "gt":
-        n, x = eqn.invars
-    else:
-        return None
-    if isinstance(n, Literal):
-        limit = mlir.ir_constant(np.int32(n.val))
-    elif n in jaxpr.invars[:cond_nconsts]:
-        limit = cond_consts[jaxpr.invars.index(n)]
-    else:
-        return None
-    if isinstance(x, Literal) or x.aval.dtype != np.int32 or x.aval.shape:
-        return None
-    position = jaxpr.invars.index(x) - cond_nconsts
-    zero = mlir.ir_constant(np.int32(0))
-    if position == 0:  # the loop counter
-        return hlo.minimum(bound, hlo.maximum(limit, zero))
-    if position < 0 or not _increments(body_jaxpr.jaxpr, body_inputs_before_counter,
-                                       position - 1):
-        return None
-    start = carry[position - 1]
-    u32 = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
-    distance = hlo.subtract(hlo.convert(u32, limit), hlo.convert(u32, start))
-    trips = hlo.convert(limit.type, hlo.minimum(
-        distance, hlo.convert(u32, hlo.maximum(bound, zero))))
-    runs = hlo.compare(start, limit, hlo.ComparisonDirectionAttr.get("LT"),
-                       compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
-    return hlo.select(runs, trips, zero)
-
-
-def _increments(body, inputs_before_counter, j) -> bool:
-    """Whether the body's carry output j is its carry input j plus the literal 1."""
-    x, out = body.invars[inputs_before_counter + 1 + j], body.outvars[j]
-    for eqn in body.eqns:
-        if eqn.outvars[0] is out:
-            return eqn.primitive.name == "add" and any(
-                a is x for a in eqn.invars) and any(
-                isinstance(a, Literal) and int(np.asarray(a.val)) == 1 for a in eqn.invars)
-    return False
 
 
 def _stored(aval, storage):

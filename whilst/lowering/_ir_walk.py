@@ -31,16 +31,14 @@ def public_functions(module) -> list:
                      and is_public(op))
 
 
-def unroll_factors(stablehlo_text: str, remainders: bool = True) -> list[int]:
+def unroll_factors(stablehlo_text: str) -> list[int]:
     """The `whilst.unroll` attribute of each `stablehlo.while` whilst emitted (those
-    that have one; a `lax.scan` has none), in program order; with `remainders=False`
-    without the remainder loops (k = 1) that follow loops of known trip count."""
+    that have one; a `lax.scan` has none), in program order."""
     from iree.compiler import ir
 
     with ir.Context() as context:
         context.allow_unregistered_dialects = True
         loops = ops_where(ir.Module.parse(stablehlo_text),
                           lambda op: op.name == "stablehlo.while"
-                          and "whilst.unroll" in op.attributes
-                          and (remainders or "whilst.remainder" not in op.attributes))
+                          and "whilst.unroll" in op.attributes)
         return [ir.IntegerAttr(op.attributes["whilst.unroll"]).value for op in loops]
