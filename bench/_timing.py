@@ -14,8 +14,6 @@ import statistics
 import time
 from typing import Any, Callable
 
-import jax
-
 
 @dataclasses.dataclass
 class Timing:
@@ -37,6 +35,7 @@ class Timing:
 
 def blocking(fn: Callable, *args) -> Callable[[], Any]:
     """A zero-argument call of `fn(*args)` that waits for JAX's asynchronous results."""
+    import jax
     return lambda: jax.block_until_ready(fn(*args))
 
 
@@ -129,6 +128,7 @@ def table(title: str, header: list[str], rows: list[list[Any]]) -> str:
 
 def machine() -> dict[str, Any]:
     """The machine the figures come from: cores, CPU model, library versions."""
+    import jax
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
