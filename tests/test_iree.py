@@ -271,9 +271,9 @@ def test_vulkan_exports_carry_no_booleans_in_loops():
 
 
 def test_grad_of_grad_of_a_loop_without_bound_runs():
-    # A loop past no bound keeps a stored head and a checkpointed tail; with its
-    # loop test carried as an int32, IREE 3.13's module of this program failed at
-    # run time ("indirect buffer reference slot 0 is out range").
+    # A loop past no bound keeps a stored head and a checkpointed tail; when loops
+    # carried their test as an int32 (commit 1c4c2ff), IREE 3.13's module of this
+    # program failed at run time ("indirect buffer reference slot 0 is out range").
     def second(x):
         return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, jnp.sin(x) * x + x),
                                  [0, x])[1]

@@ -74,10 +74,14 @@ UNROLL_ATTR = "whilst.unroll"
 # tensors the SPIR-V code of IREE 3.13 reads wrong values (loops stopped after 0-2
 # steps whatever their data; the LSTM sample's boolean residuals came back wrong),
 # and int8 storage fails too (bench/iree_limits/carried_booleans.py). Other
-# exports keep i1: with an int32 loop test, IREE 3.13's llvm-cpu module of a
-# gradient of a gradient through a loop past its memory budget fails at run time
-# ("indirect buffer reference slot 0 is out range"). Stacks of booleans take 4
-# bytes per element in Vulkan exports; `gradient_memory` counts 1.
+# exports keep i1, the form all other targets were tested with: when every export
+# carried an int32 loop test (commit 1c4c2ff), IREE 3.13's llvm-cpu module of a
+# gradient of a gradient through a loop past its memory budget failed at run time
+# ("indirect buffer reference slot 0 is out range"; tests/test_iree.py
+# test_grad_of_grad_of_a_loop_without_bound_runs). The final code's int32 storage
+# runs that program right; what set the failure off was not pinned down. Stacks
+# of booleans take 4 bytes per element in Vulkan exports; `gradient_memory`
+# counts 1.
 VULKAN_BOOLEANS = np.int32
 _carried_booleans = contextvars.ContextVar("whilst_carried_booleans", default=np.bool_)
 
