@@ -150,9 +150,9 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     pred_aval = ShapedArray((), np.bool_)
     pred_type = mlir.aval_to_ir_type(ctx.module_context, _stored(pred_aval, storage))
     extra_types = ([pred_type] if rotated else []) + ([i32] if count_carried else [])
-    stored = [_stored(a, storage) for a in ctx.avals_out]
-    loop_types = [i32, *extra_types, *(mlir.aval_to_ir_type(ctx.module_context, a)
-                                       for a in stored[1:])]
+    loop_types = [i32, *extra_types, *(mlir.aval_to_ir_type(ctx.module_context,
+                                                            _stored(a, storage))
+                                       for a in ctx.avals_out[1:])]
     extra_init = (_to_storage(ctx, [predicate(const(0), carry)], [pred_aval], storage)
                   if rotated else []) + (
         [const(0)] if count_carried else [])
@@ -166,14 +166,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     cond_block = while_op.regions[0].blocks.append(*loop_types)
     with ir.InsertionPoint(cond_block):
         i, *xs = cond_block.arguments
-        hlo.return_([_from_storage(ctx, xs[:1], [pred_aval])[0] if rotated
-                     else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals))])
+        hlo.return_([_from_storage(ctx, xs[:1], [pred_aval], storage)[0] if rotated
+                     else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals, storage))])
 
     body_block = while_op.regions[1].blocks.append(*loop_types)
     with ir.InsertionPoint(body_block):
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
-        xs = old_xs = _from_storage(ctx, xs, carry_avals)
+        xs = old_xs = _from_storage(ctx, xs, carry_avals, storage)
         # Popped rows top - i - s for s in range(k): one chunk, read backwards.
         start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
         popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
@@ -207,7 +207,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
             # (bench/iree_limits/unread_loop_predicate.mlir).
-            carried, = _from_storage(ctx, body_block.arguments[1:2], [pred_aval])
+            carried, = _from_storage(ctx, body_block.arguments[1:2], [pred_aval], storage)
             pred = hlo.and_(predicate(new_i, xs), carried)
             if k > 1:
                 full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
@@ -222,7 +222,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         i = results[len(extra_types) - 1]
     elif k > 1:
         i = hlo.minimum(i, bound)
-    return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:])]
+    return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:], storage)]
 
 
 def _stored(aval, storage):
@@ -238,11 +238,11 @@ def _to_storage(ctx, values, avals, storage):
             for v, a in zip(values, avals)]
 
 
-def _from_storage(ctx, values, avals):
-    """Inverse of `_to_storage`: `stored != 0` for booleans (no op if stored as such)."""
+def _from_storage(ctx, values, avals, storage):
+    """Inverse of `_to_storage`: `stored != 0` for booleans."""
     return [hlo.convert(mlir.aval_to_ir_type(ctx.module_context, a), v)
-            if a.dtype == np.bool_ and ir.RankedTensorType(v.type).element_type
-            != ir.IntegerType.get_signless(1) else v for v, a in zip(values, avals)]
+            if a.dtype == np.bool_ and storage != np.bool_ else v
+            for v, a in zip(values, avals)]
 
 
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):

@@ -69,9 +69,9 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
     specs = jax.tree_util.tree_map(
         lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
+    exported_fn = _in_iree_forms(fn, specs)
     storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
     with booleans_carried_as(storage):
-        exported_fn = _in_iree_forms(fn, specs)
         # A new function each time: JAX must not reuse a lowering of the other storage.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)

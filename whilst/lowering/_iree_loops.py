@@ -31,11 +31,17 @@ def whilst_loops_carry_booleans(module) -> bool:
     3.13's Vulkan code reads those wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`)."""
     from iree.compiler import ir
 
-    return any(isinstance(ir.RankedTensorType(v.type).element_type, ir.IntegerType)
-               and ir.IntegerType(ir.RankedTensorType(v.type).element_type).width == 1
+    return any(_is_boolean(ir.RankedTensorType(v.type).element_type)
                for loop in ops_where(module, lambda op: op.name == "stablehlo.while"
                                      and "whilst.role" in op.attributes)
                for v in loop.operands)
+
+
+def _is_boolean(element) -> bool:
+    """Whether an MLIR element type is i1."""
+    from iree.compiler import ir
+
+    return isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1
 
 
 def distinct_loop_inits(module) -> None:
@@ -108,7 +114,7 @@ def identity_element(element) -> tuple:
     -0.0 and `stablehlo.add` for floats: x + -0.0 == x, -0.0 included)."""
     from iree.compiler import ir
 
-    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1:
+    if _is_boolean(element):
         return ir.BoolAttr.get(False), "stablehlo.or"
     if isinstance(element, ir.IntegerType):
         return ir.IntegerAttr.get(element, 0), "stablehlo.add"
