@@ -132,7 +132,8 @@ def sin_steps_oracle(x, w, n):
     return jax.grad(loss, argnums=(0, 1))(x, w)
 
 
-# bound = 2k: the loop's last emitted iteration fills the stacks to their last row.
+# bound = 2k: the loop's last emitted iteration fills the stacks to their last row, and
+# the forward's steps after its last full iteration start past the stacks' end.
 @pytest.mark.parametrize("k, bound", [(2, 5), (3, 7), (2, 4)])
 def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound):
     x, w = np.array([0.3, -0.2, 0.9, 0.5], np.float32), np.float32(0.8)
@@ -187,3 +188,39 @@ def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
     for (loads, dispatches), k in zip(loops, ks):
         assert loads <= 2, loops
         assert dispatches <= 3 * k, loops  # the steps' dispatches, no per-step copies
+
+
+def test_iree_unrolled_steps_fuse_into_few_dispatches():
+    """The k steps of an emitted iteration run unpredicated, so IREE fuses them: the
+    sin loop (k = 64) takes one readback (the loop test) and at most 12 dispatches
+    per emitted iteration; with every step predicated on its own test it took 23."""
+    from whilst.lowering import compile_to_stream, loop_counts, prepare
+
+    def f(x, n):
+        return whilst.while_loop(lambda i, x: i < n,
+                                 lambda i, x: (i + 1, jnp.sin(x) * 0.9 + 0.1),
+                                 [jnp.int32(0), x])[1]
+
+    exported = whilst.export(f, np.ones(64, np.float32), np.int32(5))
+    assert unroll_factors(exported.text) == [64]
+    (loads, dispatches), = loop_counts(compile_to_stream(prepare([exported])))
+    assert loads <= 1 and dispatches <= 12, (loads, dispatches)
+
+
+def test_iree_scalar_loop_at_default_unroll_runs_every_trip_count():
+    """`while i < n: i += 1; x += 1.5` at its automatic unroll (64): the steps after
+    the last full iteration (up to 63 predicated scalar steps) once formed an IREE
+    dispatch of more than 32 bindings, which failed on every call."""
+    def f(x, n):
+        return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x + 1.5),
+                                 [0, x])
+
+    exported = whilst.export(f, np.float32(0), np.int32(0))
+    assert unroll_factors(exported.text) == [64]
+    module = whilst.compile([exported]).load()
+    for n in [*range(0, 130), 1000]:
+        i, x = module.main(np.float32(0.25), np.int32(n))
+        total = np.float32(0.25)
+        for _ in range(n):
+            total = np.float32(total + np.float32(1.5))
+        assert int(i) == n and x == total, (n, i, x)

@@ -80,22 +80,19 @@ def point_gather_after_dot():
 
 
 def aggressive_fusion_dominance():
-    """The README's fixed-point loop, forward (x <- tanh(W x) until it stops moving),
-    unrolled by 32: with `--iree-dispatch-creation-enable-aggressive-fusion`,
-    iree-compile's FormDispatchRegionsPass fails ("operand #2 does not dominate this
-    use"): it fuses the 0-d chain of the steps' counter and predicate selects into
-    one op placed before a later step's `reduce`, which that op reads. The default
-    fusion compiles it, and `whilst.compile` falls back to it (14 programs of
-    tests/test_iree_corpus.py fail so)."""
-    W = (np.eye(4, dtype=np.float32) * 0.5 + 0.05).astype(np.float32)
-
-    def fixed_point(x):
-        def body(i, x, dx):
-            y = jnp.tanh(W @ x)
-            return i + 1, y, jnp.max(jnp.abs(y - x))
-        return whilst.while_loop(lambda i, x, dx: dx > 1e-4, body, [0, x, jnp.inf],
-                                 maximum_iterations=100, unroll=32)[:2]
-    return fixed_point, (np.ones(4, np.float32),)
+    """The forward-mode derivative of `x <- x * w` three times (jax.jvp), whose
+    steps run unpredicated and are tested together (`_all_pass`): with
+    `--iree-dispatch-creation-enable-aggressive-fusion`, iree-compile's
+    FormDispatchRegionsPass fails ("operand #1 does not dominate this use"): it
+    places an op that reads the steps' AND-reduced test before that `reduce`. The
+    default fusion compiles it, and `whilst.compile` falls back to it (13
+    programs of tests/test_iree_corpus.py fail so). Before the unpredicated form,
+    the README's fixed-point loop unrolled by 32 failed the same way on the 0-d
+    chain of its steps' predicate selects; it now compiles."""
+    def power_w(w):
+        return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * w),
+                                 [0, 1.0])[1]
+    return (lambda w: jax.jvp(power_w, (w,), (1.0,))), (np.float32(2.0),)
 
 
 CASES = {

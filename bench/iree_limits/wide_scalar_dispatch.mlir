@@ -1,14 +1,16 @@
 // IREE 3.13 (llvm-cpu, with and without aggressive fusion): the module compiles, but
 // every call fails at run time with "OUT_OF_RANGE; binding count 33 > 32; while
 // invoking native function hal.command_buffer.dispatch": dispatch formation makes a
-// dispatch of more than 32 bindings when many scalar (0-d) values are live at once,
-// and nothing at compile time refuses it. Here `while i < n: i += 1; x += 1.0` is
-// emitted as 16 unpredicated steps per loop iteration (branch `speculative`, not on
-// main): the 15 intermediate counters are stacked for one vectorized loop test, and
-// the last steps run predicated after the loop. With unroll 12 it runs; with 16, 24,
-// 32 and 64 it fails (64: 42 bindings). The run-time OUT_OF_RANGE failure of the
-// known-trip-count form (branch `known-trips`) is probably this one (not rechecked).
-// whilst's form on main uses each step's scalars at once and stays under the limit.
+// dispatch of more than 32 bindings, and nothing at compile time refuses it. Here
+// `while i < n: i += 1; x += 1.0` is emitted as 16 unpredicated steps per loop
+// iteration, then the last (up to 15) steps run predicated after the loop. IREE
+// fuses that chain of predicated counter steps into one dispatch with a result per
+// step (each its own binding, of one transient buffer), which the x chain's dispatch
+// reads. With unroll 12 it runs; with 16, 24, 32 and 64 it fails (64: 42 bindings).
+// The same chain inside a loop body stays under the limit. whilst now puts an
+// optimization barrier after every few predicated steps after the loop
+// (EPILOGUE_GROUP_CARRIES in whilst/ir/_while_lowering.py); this file is the form
+// without it.
 //   iree-compile --iree-hal-target-device=local \
 //     --iree-hal-local-target-device-backends=llvm-cpu \
 //     --iree-global-opt-enable-warn-on-uninitialized-values=false \

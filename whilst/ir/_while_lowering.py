@@ -6,8 +6,36 @@ rather than carried, so stacks read by a gradient While are never loop-carried
 buffers.
 
 Each `stablehlo.while` iteration runs up to k loop steps (unrolling), which
-amortises IREE's per-iteration host cost (about 2 us). With k steps the emitted
-loop is, as plain Python::
+amortises IREE's per-iteration host cost (about 2 us). A loop whose test reads
+at most one scalar of the carry (`i < n`, `err > tol`) and that pops no residual
+rows runs its k steps **unpredicated**: a select between steps would keep IREE
+from fusing them (sin 10k steps: 23 dispatches per iteration, against 10). An
+iteration that runs past the loop's end is undone, and the steps left after the
+last full iteration run once, predicated, after the loop. As plain Python::
+
+    i, count, go = 0, 0, 0 < bound and cond(0, x)
+    while go:
+        x0 = x
+        for s in range(k):                  # no test between steps: they fuse
+            x = body(i + s, x)
+        full = all(i + s < bound and cond(i + s, x_s) for s in range(1, k))
+        go = full and i + k < bound and cond(i + k, x)
+        if not full:                        # an elementwise `select`
+            x = x0
+        count += k if full else 0
+        i += k
+    i = count
+    for s in range(k):                      # fewer than k steps left, fenced
+        p = i + s < bound and cond(i + s, x)  # in groups (EPILOGUE_GROUP_CARRIES)
+        x = body(i + s, x) if p else x      # an elementwise `select`
+        count += p
+    return count, x
+
+where `x_s` is the carry step `i + s` sees; the k - 1 tests of `full` run as
+one test vectorized over them (`_all_pass`). Other loops (gradient and linear
+Whiles, whose test is the trip count; loops that pop rows; tests that read more
+of the carry, where IREE 3.13 formed dispatches of more than 32 bindings from
+the tested steps) predicate every step after the first::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:
@@ -21,21 +49,25 @@ loop is, as plain Python::
         go = steps == k and i < bound and cond(i, x)
     return count, x
 
-so the counter, the carry and the gradients are those of k = 1 for every trip
-count, and the index a step sees is `i + s`, computed from the carried `i`
-without reading anything back from the device. k comes from `unroll_factor`;
-an exported body's reads and writes of small arrays at computed positions
-become one-hot selects first (`_onehot.py`), so that such bodies unroll too.
-(`count` is carried, and read by the body, rather than recomputed from the
-last iteration's `steps`: iree-compile 3.13 crashes (ScfWhileOpConversion)
-when a result the body overwrites without reading is used after the loop.)
+Either way the counter, the carry and the gradients are those of k = 1 for
+every trip count, and the index a step sees is `i + s`, computed from the
+carried `i` without reading anything back from the device. k comes from
+`unroll_factor`; an exported body's reads and writes of small arrays at
+computed positions become one-hot selects first (`_onehot.py`), so that such
+bodies unroll too. (`count` is carried, and read by the body, rather than
+recomputed after the loop: iree-compile 3.13 crashes (ScfWhileOpConversion)
+when a result the body overwrites without reading is used after the loop. A
+loop bounded only by its trip count needs neither `count` nor `go`: its test
+is `i < bound` in the cond region and its counter min(i, bound).)
 
 Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
 k steps push are concatenated into one `[k, *row]` chunk written with one
 `dynamic_update_slice` at `row_offset + i`, and the rows they pop are static
 slices of one chunk read at `top - i - (k-1)`. Rows of inactive steps land past
-the loop's last row, where nothing reads them. Rows of symbolic shape move one
-by one, in the forms of `_symbolic_indexing.py` (a scatter or gather each).
+the loop's last row, where nothing reads them; the last steps' chunk is written
+only if one of them runs (it may start past the stacks' end). Rows of symbolic
+shape move one by one, in the forms of `_symbolic_indexing.py` (a scatter or
+gather each).
 
 A cond that reads the carry is evaluated at the end of the body and carried as
 a boolean (the cond region only returns it; see VULKAN_BOOLEANS): IREE 3.13 crashes
@@ -48,6 +80,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.core import ShapedArray
 from jax.extend.core import ClosedJaxpr, Literal
@@ -63,12 +97,17 @@ from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
-from whilst.ir._tracing import COUNTER_AVAL
+from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
+# Predicated steps after the loop are fenced off in groups of at most this many
+# carries (steps times carries): IREE 3.13 fuses a longer chain into one dispatch
+# with a result per step and carry, past the 32 bindings its runtime accepts
+# (bench/iree_limits/wide_scalar_dispatch.mlir).
+EPILOGUE_GROUP_CARRIES = 16
 # Exports for Vulkan carry the booleans of their loops (the loop test, boolean
 # carries, residual stacks of booleans) as int32 0 or 1: with loop-carried i1
 # tensors the SPIR-V code of IREE 3.13 reads wrong values (loops stopped after 0-2
@@ -115,6 +154,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
     cond_jaxpr, body_jaxpr, k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
+    if static_bound is not None:
+        k = max(1, min(k, static_bound))  # more steps than the loop may take never run
     if pops:
         k = min(k, pop_pad + 1)  # chunk reads must not start below row 0
     while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
@@ -136,12 +177,67 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         outs = _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *consts, *rows_in, i, *xs)
         return outs[:ncarry], outs[ncarry:]
 
+    def steps(i, xs, popped_rows, first_predicated, fenced=False):
+        """k steps from step `i`, those from `first_predicated` on predicated on their
+        own test: `(xs, pushed chunks, steps taken (i32), all_active)`, where
+        `all_active` is whether the unpredicated steps after the first all pass
+        their test (None when there are none)."""
+        pushed = [[] for _ in stack_avals]
+        taken, tested = const(min(first_predicated, k)), []
+        group = max(1, EPILOGUE_GROUP_CARRIES // (ncarry + 1))
+        for s in range(k):
+            index = i if s == 0 else hlo.add(i, const(s))
+            rows_in = [rows[k - 1 - s] for rows in popped_rows]
+            if s >= first_predicated:
+                active = predicate(index, xs)
+                new, rows = step(index, xs, rows_in)
+                xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
+                taken = hlo.add(taken, hlo.convert(i32, active))
+            else:
+                if s > 0:
+                    tested.append(xs)
+                xs, rows = step(index, xs, rows_in)
+            for chunk, r in zip(pushed, rows):
+                chunk.append(r)
+            if fenced and s % group == group - 1 < k - 1:
+                xs = list(hlo.OptimizationBarrierOp([*xs, taken]).results)
+                xs, taken = xs[:-1], xs[-1]
+        all_active = (_subcomp(ctx, all_pass, name_stack.extend("cond"), *cond_consts, i,
+                               bound, *(x for xs in tested for x in xs))[0]
+                      if tested else None)
+        return xs, pushed, taken, all_active
+
+    def read_popped(i):
+        """The k rows of each popped stack that steps i .. i + k - 1 pop (top - i - s)."""
+        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
+        return [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
+
+    def write_pushed(stacks, pushed, i, guard=None):
+        """`stacks` with the rows of steps i .. i + k - 1 written; with `guard`, the
+        rows are written only where `guard` holds (else the rows there are kept)."""
+        at = hlo.add(i, const(row_offset))
+        out = []
+        for st, a, rs in zip(stacks, stack_avals, pushed):
+            stored = _stored(a, storage)
+            rows = _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs), storage)
+            if guard is not None:
+                old = _read_rows(ctx, st, stored, at, k)
+                rows = [hlo.select(_broadcast(guard, r.type), r, o) for r, o in zip(rows, old)]
+            out.append(_write_rows(ctx, st, stored, rows, at))
+        return out
+
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
-    # row indices stay host-computable) and `count` counts the steps taken; the
-    # loop only goes on after an iteration of k steps. A loop bounded only by its
-    # trip count (cond always true: gradient and linear Whiles) needs neither:
-    # `i < bound` is tested in the cond region and the counter is min(i, bound).
+    # row indices stay host-computable) and `count` counts the steps taken. A loop
+    # bounded only by its trip count (cond always true: gradient and linear Whiles)
+    # needs neither: its test is on i and the bound, in the cond region.
     counted = _always_true(cond_jaxpr)
+    # Unpredicated steps (see the module docstring). Counted loops keep the predicated
+    # form: unpredicated, IREE 3.13 failed to compile a module of several checkpointed
+    # gradients ("failed to solve for timepoint coverage", tests/test_iree_corpus.py).
+    speculative = k > 1 and not counted and not pops and _tests_one_scalar(cond_jaxpr,
+                                                                            cond_nconsts)
+    if speculative:
+        all_pass = _all_pass(cond_jaxpr, cond_nconsts, k)
     rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
     count_carried = k > 1 and not counted
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
@@ -174,31 +270,16 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
         xs = old_xs = _from_storage(ctx, xs, carry_avals, storage)
-        # Popped rows top - i - s for s in range(k): one chunk, read backwards.
-        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
-        popped_rows = [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
-
-        def rows_in(s):
-            return [rows[k - 1 - s] for rows in popped_rows]
-        xs, rows = step(i, xs, rows_in(0))
-        pushed = [[r] for r in rows]
-        steps = const(1)
-        for s in range(1, k):
-            index = hlo.add(i, const(s))
-            active = predicate(index, xs)
-            new, rows = step(index, xs, rows_in(s))
-            xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
-            for chunk, r in zip(pushed, rows):
-                chunk.append(r)
-            if count_carried:
-                steps = hlo.add(steps, hlo.convert(i32, active))
+        xs, pushed, taken, all_active = steps(i, xs, read_popped(i),
+                                              k if speculative else 1)
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
-        at = hlo.add(i, const(row_offset))
-        stacks = [_write_rows(ctx, st, _stored(a, storage),
-                              _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
-                                          storage), at)
-                  for st, a, rs in zip(stacks, stack_avals, pushed)]
         new_i = hlo.add(i, const(k))
+        if rotated:
+            go_on = predicate(new_i, xs)
+        if speculative:  # an iteration that ran past the loop's end is undone
+            xs = [hlo.select(_broadcast(all_active, n.type), n, x) for n, x in zip(xs, old_xs)]
+            taken = hlo.multiply(hlo.convert(i32, all_active), const(k))
+        stacks = write_pushed(stacks, pushed, i)
         extra = []
         if rotated:
             # AND-ed with the carried predicate (true whenever the body runs), so
@@ -208,21 +289,57 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # motion happens to find code to hoist out of the body
             # (bench/iree_limits/unread_loop_predicate.mlir).
             carried, = _from_storage(ctx, body_block.arguments[1:2], [pred_aval], storage)
-            pred = hlo.and_(predicate(new_i, xs), carried)
+            pred = hlo.and_(go_on, carried)
             if k > 1:
-                full = hlo.compare(steps, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
-                                   compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+                full = (all_active if speculative else
+                        hlo.compare(taken, const(k), hlo.ComparisonDirectionAttr.get("EQ"),
+                                    compare_type=hlo.ComparisonTypeAttr.get("SIGNED")))
                 pred = hlo.and_(pred, full)
             extra.extend(_to_storage(ctx, [pred], [pred_aval], storage))
         if count_carried:
-            extra.append(hlo.add(body_block.arguments[len(extra_types)], steps))
+            extra.append(hlo.add(body_block.arguments[len(extra_types)], taken))
         hlo.return_([new_i, *extra, *_to_storage(ctx, xs, carry_avals, storage), *stacks])
     i, *results = while_op.results
+    results, stacks = split_list(results[len(extra_types):], [ncarry])
+    results = _from_storage(ctx, results, carry_avals, storage)
     if count_carried:
-        i = results[len(extra_types) - 1]
-    elif k > 1:
+        i = while_op.results[len(extra_types)]
+    if speculative:
+        # The steps after the last full iteration (fewer than k), all predicated.
+        results, pushed, taken, _ = steps(i, results, read_popped(i), 0, fenced=True)
+        ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
+                          compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+        stacks = write_pushed(stacks, pushed, i, guard=ran)
+        i = hlo.add(i, taken)
+    elif k > 1 and not count_carried:
         i = hlo.minimum(i, bound)
-    return [i, *_from_storage(ctx, results[len(extra_types):], ctx.avals_out[1:], storage)]
+    return [i, *results, *_from_storage(ctx, stacks, stack_avals, storage)]
+
+
+def _all_pass(cond_jaxpr, cond_nconsts, k) -> ClosedJaxpr:
+    """`all_pass(*cond_consts, i, bound, *xs_1, ..., *xs_(k-1))`: whether steps
+    i + 1 .. i + k - 1 all pass the loop test, `xs_s` being the carry step i + s
+    sees. The test runs once, vectorized over the k - 1 steps (`jax.vmap`): one
+    test per step costs IREE 3.13 a dozen small dispatches per emitted iteration."""
+    nconsts, ncarry = cond_nconsts, len(cond_jaxpr.in_avals) - cond_nconsts - 1
+    avals = cond_jaxpr.in_avals
+    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+    read = used[nconsts + 1:]
+
+    def all_pass(*args):
+        consts, (i, bound), flat = split_list(args, [nconsts, 2])
+        per_step = [flat[s * ncarry:(s + 1) * ncarry] for s in range(k - 1)]
+        # Carries the test does not read are passed once, unbatched.
+        columns = [jnp.stack(column) if r else column[0]
+                   for r, column in zip(read, zip(*per_step))]
+        tests = jax.vmap(lambda index, *xs: call(cond_jaxpr, *consts, index, *xs)[0],
+                         in_axes=(0, *(0 if r else None for r in read)))(
+            i + jnp.arange(1, k, dtype=np.int32), *columns)
+        in_bound = i < bound - (k - 1)
+        return [jnp.logical_and(in_bound, jnp.all(tests))]
+
+    return trace_closed(all_pass, [*avals[:nconsts], COUNTER_AVAL, COUNTER_AVAL,
+                                   *avals[nconsts + 1:] * (k - 1)], "all_pass")
 
 
 def _stored(aval, storage):
@@ -332,6 +449,15 @@ def _reads_carry(cond_jaxpr, cond_nconsts) -> bool:
     """Whether cond reads the carry (not only the counter and its constants)."""
     _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
     return any(used[cond_nconsts + 1:])
+
+
+def _tests_one_scalar(cond_jaxpr, cond_nconsts) -> bool:
+    """Whether cond reads at most one carry, a scalar: the tests that the
+    unpredicated form takes (it was measured on those only: sin, the test corpus)."""
+    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+    read = [a for a, u in zip(cond_jaxpr.in_avals[cond_nconsts + 1:], used[cond_nconsts + 1:])
+            if u]
+    return len(read) <= 1 and all(a.shape == () for a in read)
 
 
 def _read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):

@@ -19,7 +19,10 @@ A public function (with the `stream.affinity` whilst gives it) that returns a
 value computed from constants alone, such as `jnp.linspace(0, 1, 5)`, fails to
 compile ("failed to legalize unresolved target materialization ... stream.async.cast",
 `bench/iree_limits/computed_constant_result.mlir`); `constant_results_copied`
-returns each such value through the same kind of copy.
+returns each such value through the same kind of copy. IREE also evaluates a
+loop's counter at compile time when the loop's trip count is constant, whatever
+its other carries read (corpus `maximum_iterations_cuts`), so such counters
+count as computed from constants.
 """
 from __future__ import annotations
 
@@ -93,19 +96,45 @@ def constant_results_copied(module) -> None:
 
 
 def _reads_arguments(value) -> bool:
-    """Whether `value` is computed from a block argument (through op operands)."""
+    """Whether `value` is computed from an argument of its function. A result of a
+    `stablehlo.while` reads what its initial value, the body's update of it and
+    the loop test read, through the carries they read: a loop counter of
+    constant trip count reads no argument, even when other carries do (IREE
+    3.13 evaluates it at compile time)."""
     from iree.compiler import ir
 
     seen, pending = set(), [value]
     while pending:
         v = pending.pop()
-        if isinstance(v, ir.BlockArgument):
-            return True
         if v in seen:
             continue
         seen.add(v)
-        pending.extend(v.owner.operands)
+        if isinstance(v, ir.BlockArgument):
+            owner = v.owner.owner
+            if owner.name != "stablehlo.while":
+                return True  # the function's own argument
+            pending.extend(_carry_sources(owner, v.arg_number))
+        elif v.owner.name == "stablehlo.while":
+            pending.extend(_carry_sources(v.owner, ir.OpResult(v).result_number))
+        else:
+            pending.extend(v.owner.operands)
+            pending.extend(_captured(v.owner))
     return False
+
+
+def _carry_sources(loop, j):
+    """What carry j of `loop` is computed from: its initial value, the body's new
+    value of it, and the loop test (which decides how many updates it gets)."""
+    cond, body = (region.blocks[0] for region in loop.regions)
+    return [loop.operands[j], list(body.operations)[-1].operands[j],
+            list(cond.operations)[-1].operands[0]]
+
+
+def _captured(op):
+    """The values an op's regions return (which they compute from values of
+    the enclosing region, e.g. the branches of a `stablehlo.case`)."""
+    return [v for region in op.regions for block in region.blocks
+            for v in list(block.operations)[-1].operands] if len(op.regions) else []
 
 
 def identity_element(element) -> tuple:
