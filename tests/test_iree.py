@@ -358,14 +358,20 @@ def test_preparation_keeps_large_selects_and_concatenates():
 
 def test_results_computed_from_constants_alone():
     """A table returned beside a loop's result (bench/iree_limits/computed_constant_result.mlir
-    failed to compile before preparation copied such results)."""
+    failed to compile before preparation copied such results), a reduction of
+    constants, and the counter of a loop of constant trip count whose other carry
+    reads an argument (IREE evaluates that counter at compile time)."""
     def fn(x):
         n, y = whilst.while_loop(lambda i, y: y < 10.0, lambda i, y: (i + 1, y * 2.0), [0, x])
-        return y, jnp.linspace(0.0, 1.0, 5), jnp.arange(4) * 3
-    y, table, steps = whilst.compile(fn, np.float32(1.5), cache=False).load()(np.float32(1.5))
+        count, z = whilst.while_loop(lambda i, z: i < 3, lambda i, z: (i + 1, z + x), [0, x])
+        return (y, jnp.linspace(0.0, 1.0, 5), jnp.arange(4) * 3, jnp.sum(jnp.arange(5.0) ** 2),
+                count, z)
+    y, table, steps, total, count, z = whilst.compile(fn, np.float32(1.5), cache=False).load()(
+        np.float32(1.5))
     assert y == 12.0
     np.testing.assert_array_equal(table, np.linspace(0.0, 1.0, 5).astype(np.float32))
     np.testing.assert_array_equal(steps, np.arange(4) * 3)
+    assert total == 30.0 and count == 3 and z == 6.0
 
 
 def op_names(text):

@@ -34,8 +34,8 @@ last full iteration run once, predicated, after the loop. As plain Python::
 where `x_s` is the carry step `i + s` sees; the k - 1 tests of `full` run as
 one test vectorized over them (`_all_pass`). Other loops (gradient and linear
 Whiles, whose test is the trip count; loops that pop rows; tests that read more
-of the carry, where IREE 3.13 formed dispatches of more than 32 bindings from
-the tested steps) predicate every step after the first::
+of the carry, not yet measured in this form) predicate every step after the
+first::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:

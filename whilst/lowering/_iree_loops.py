@@ -111,9 +111,12 @@ def _reads_arguments(value) -> bool:
         seen.add(v)
         if isinstance(v, ir.BlockArgument):
             owner = v.owner.owner
-            if owner.name != "stablehlo.while":
-                return True  # the function's own argument
-            pending.extend(_carry_sources(owner, v.arg_number))
+            if owner.name == "func.func":
+                return True
+            if owner.name == "stablehlo.while":
+                pending.extend(_carry_sources(owner, v.arg_number))
+            # Other regions' arguments (reduce, sort) are elements of their op's
+            # operands, which are followed from the op.
         elif v.owner.name == "stablehlo.while":
             pending.extend(_carry_sources(v.owner, ir.OpResult(v).result_number))
         else:
