@@ -87,8 +87,9 @@ def aggressive_fusion_dominance():
     places an op that reads the steps' AND-reduced test before that `reduce`. The
     default fusion compiles it, and `whilst.compile` falls back to it (13
     programs of tests/test_iree_corpus.py fail so). Before the unpredicated form,
-    the README's fixed-point loop unrolled by 32 failed the same way on the 0-d
-    chain of its steps' predicate selects; it now compiles."""
+    the README's fixed-point loop (x <- tanh(W x) until it stops moving) failed
+    the same way on the 0-d chain of its steps' predicate selects; the corpus's
+    copy of it (readme_fixed_point_forward) now compiles with aggressive fusion."""
     def power_w(w):
         return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * w),
                                  [0, 1.0])[1]
