@@ -110,14 +110,14 @@ def _reads_arguments(value) -> bool:
             continue
         seen.add(v)
         if isinstance(v, ir.BlockArgument):
-            owner = v.owner.owner
+            owner = v.owner.owner.operation  # (a func.func OpView's `name` is its symbol)
             if owner.name == "func.func":
                 return True
             if owner.name == "stablehlo.while":
                 pending.extend(_carry_sources(owner, v.arg_number))
             # Other regions' arguments (reduce, sort) are elements of their op's
             # operands, which are followed from the op.
-        elif v.owner.name == "stablehlo.while":
+        elif v.owner.operation.name == "stablehlo.while":
             pending.extend(_carry_sources(v.owner, ir.OpResult(v).result_number))
         else:
             pending.extend(v.owner.operands)
