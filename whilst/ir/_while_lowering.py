@@ -305,8 +305,9 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     if count_carried:
         i = while_op.results[len(extra_types)]
     if speculative:
-        # The steps after the last full iteration (fewer than k), all predicated.
-        results, pushed, taken, _ = steps(i, results, read_popped(i), 0, fenced=True)
+        # The steps after the last full iteration (fewer than k), all predicated
+        # (such loops pop no rows).
+        results, pushed, taken, _ = steps(i, results, [], 0, fenced=True)
         ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
         stacks = write_pushed(stacks, pushed, i, guard=ran)
@@ -323,8 +324,7 @@ def _all_pass(cond_jaxpr, cond_nconsts, k) -> ClosedJaxpr:
     test per step costs IREE 3.13 a dozen small dispatches per emitted iteration."""
     nconsts, ncarry = cond_nconsts, len(cond_jaxpr.in_avals) - cond_nconsts - 1
     avals = cond_jaxpr.in_avals
-    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
-    read = used[nconsts + 1:]
+    read = _carries_read(cond_jaxpr, cond_nconsts)
 
     def all_pass(*args):
         consts, (i, bound), flat = split_list(args, [nconsts, 2])
@@ -445,18 +445,22 @@ def _always_true(cond_jaxpr) -> bool:
     return isinstance(out, Literal) and bool(out.val)
 
 
+def _carries_read(cond_jaxpr, cond_nconsts) -> list[bool]:
+    """For each carry, whether cond reads it."""
+    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
+    return used[cond_nconsts + 1:]
+
+
 def _reads_carry(cond_jaxpr, cond_nconsts) -> bool:
     """Whether cond reads the carry (not only the counter and its constants)."""
-    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
-    return any(used[cond_nconsts + 1:])
+    return any(_carries_read(cond_jaxpr, cond_nconsts))
 
 
 def _tests_one_scalar(cond_jaxpr, cond_nconsts) -> bool:
     """Whether cond reads at most one carry, a scalar: the tests that the
     unpredicated form takes (it was measured on those only: sin, the test corpus)."""
-    _, used = pe.dce_jaxpr(cond_jaxpr.jaxpr, [True])
-    read = [a for a, u in zip(cond_jaxpr.in_avals[cond_nconsts + 1:], used[cond_nconsts + 1:])
-            if u]
+    read = [a for a, r in zip(cond_jaxpr.in_avals[cond_nconsts + 1:],
+                              _carries_read(cond_jaxpr, cond_nconsts)) if r]
     return len(read) <= 1 and all(a.shape == () for a in read)
 
 

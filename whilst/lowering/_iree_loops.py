@@ -137,7 +137,7 @@ def _captured(op):
     """The values an op's regions return (which they compute from values of
     the enclosing region, e.g. the branches of a `stablehlo.case`)."""
     return [v for region in op.regions for block in region.blocks
-            for v in list(block.operations)[-1].operands] if len(op.regions) else []
+            for v in list(block.operations)[-1].operands]
 
 
 def identity_element(element) -> tuple:
