@@ -192,8 +192,10 @@ def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
 
 def test_iree_unrolled_steps_fuse_into_few_dispatches():
     """The k steps of an emitted iteration run unpredicated, so IREE fuses them: the
-    sin loop (k = 64) takes one readback (the loop test) and at most 12 dispatches
-    per emitted iteration; with every step predicated on its own test it took 23."""
+    sin loop (k = 64) takes one readback (the loop test) and at most 2 dispatches
+    per emitted iteration (1 measured): with every step predicated on its own test
+    it took 23, and with the test vectorized over the k counters the steps
+    computed, instead of over `i + 1 + arange(k - 1)`, 10."""
     from whilst.lowering import compile_to_stream, loop_counts, prepare
 
     def f(x, n):
@@ -204,7 +206,46 @@ def test_iree_unrolled_steps_fuse_into_few_dispatches():
     exported = whilst.export(f, np.ones(64, np.float32), np.int32(5))
     assert unroll_factors(exported.text) == [64]
     (loads, dispatches), = loop_counts(compile_to_stream(prepare([exported])))
-    assert loads <= 1 and dispatches <= 12, (loads, dispatches)
+    assert loads <= 1 and dispatches <= 2, (loads, dispatches)
+
+
+INT32_MAX = 2 ** 31 - 1
+
+
+# Counters the vectorized loop test reads as `start + stride * arange`: (name, cond,
+# step of the counter, its stride, (first counter, trips) for a trip count n, dtype).
+COUNTERS = [
+    ("by_three", lambda i, n: i < n, lambda i: i + 3, 3, lambda n: (0, -(-n // 3)), np.int32),
+    ("literal_first", lambda i, n: i < n, lambda i: 1 + i, 1, lambda n: (0, n), np.int32),
+    ("down", lambda i, n: i > 0, lambda i: i - 1, -1, lambda n: (n, n), np.int32),
+    ("wrapping", lambda i, n: i > 0, lambda i: i + 1, 1,
+     lambda n: (INT32_MAX - n + 1, n) if n else (-1, 0), np.int32),
+    ("uint8_down", lambda i, n: i > 0, lambda i: i - np.uint8(1), -1,
+     lambda n: (n % 256, n % 256), np.uint8),
+]
+
+
+def test_iree_counter_strides_run_every_trip_count():
+    """Loops whose test reads a counter stepped by a literal (`i + 3`, `1 + i`,
+    `i - 1`, int32 wrapping past its maximum as in JAX, uint8) at their automatic
+    unroll (64) on IREE, for 0 .. 2k + 1 trips, against Python integers."""
+    exports = []
+    for name, cond, step, _, _, dtype in COUNTERS:
+        def f(i0, n, x, cond=cond, step=step):
+            return whilst.while_loop(lambda i, c, x: cond(i, n),
+                                     lambda i, c, x: (step(i), c + 1, x + 1.5),
+                                     [i0, jnp.int32(0), x])
+        exports.append(whilst.export(f, dtype(0), dtype(0), np.float32(0), name=name))
+    assert [unroll_factors(e.text) for e in exports] == [[64]] * len(COUNTERS)
+    module = whilst.compile(exports).load()
+    for name, _, _, stride, start, dtype in COUNTERS:
+        bits = np.iinfo(dtype).bits
+        for n in range(0, 2 * 64 + 2):
+            i0, trips = start(n)
+            i, count, x = getattr(module, name)(dtype(i0), dtype(n), np.float32(0.25))
+            want_i = np.array((i0 + stride * trips) % 2 ** bits, np.uint64).astype(dtype)
+            assert (int(count), i) == (trips, want_i), (name, n, count, i)
+            assert x == np.float32(0.25 + 1.5 * trips), (name, n, x)
 
 
 def test_iree_scalar_loop_at_default_unroll_runs_every_trip_count():
