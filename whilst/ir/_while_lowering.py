@@ -480,7 +480,7 @@ def _integer_strides(body_jaxpr, n_inputs_before_counter) -> list[int | None]:
     strides = []
     for x, out in zip(carries, jaxpr.outvars):
         e, d = producers.get(id(out)), None
-        if e is not None and np.issubdtype(x.aval.dtype, np.integer):
+        if e is not None and jnp.issubdtype(x.aval.dtype, jnp.integer):
             a, b = e.invars if len(e.invars) == 2 else (None, None)
             if e.primitive.name == "add" and b is x and isinstance(a, Literal):
                 a, b = b, a
