@@ -96,7 +96,8 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
 
     Cache entries are keyed by the flags they were compiled with: the first of
     `flag_sets` that has an entry is used. A module compiled without aggressive
-    fusion because it failed with it says so in its last stage's label.
+    fusion because it failed with it (`compile_module`) says so in its last stage's
+    label.
     """
     stages = stages or Stages()
     where = _cache.directory(cache)
@@ -120,7 +121,8 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     return Compiled(data, tuple(targets), tuple(functions), stages.done)
 
 
-FALLBACK_NOTE = " (without aggressive fusion: iree-compile failed with it)"
+FALLBACK_NOTE = (" (without aggressive fusion: with it iree-compile failed, or made a module "
+                 "that cannot run)")
 
 
 def _fallback_note(flags, tried) -> str:
@@ -153,7 +155,8 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       A `Compiled`; its `stages` lists each stage with its duration.
 
     Raises:
-      whilst.CompileError: iree-compile failed (its diagnostics are kept).
+      whilst.CompileError: iree-compile failed (its diagnostics are kept), or would
+        make a module that cannot run (a dispatch over the runtime's binding limit).
     """
     stages = Stages(on_stage)
     targets = (target,) if isinstance(target, str) else tuple(target)

@@ -33,6 +33,7 @@ there are several targets (`--iree-hal-link-executables=false`).
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
+from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
 from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
@@ -46,7 +47,8 @@ AFFINITY = "#hal.device.affinity<@__device_0>"
 
 
 class CompileError(RuntimeError):
-    """iree-compile rejected a module; the message keeps IREE's diagnostics."""
+    """iree-compile rejected a module (the message keeps IREE's diagnostics), or made
+    one that cannot run (the message names the dispatches and the limit they pass)."""
 
 
 def prepare(exports, targets=None) -> str:
@@ -202,28 +204,43 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
              "drivers": list(TARGETS[t].drivers)} for t in targets]
 
 
+# The iree-compile phase `compile_module` stops at to read the bindings.
+SOURCES_PHASE = "executable-sources"
+
+
 def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                    extra_flags=()) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
-    gpu_arch)` that iree-compile accepts: `(vmfb bytes, that flag set)`.
+    gpu_arch)` that makes a module that can run: iree-compile accepts the module and
+    no dispatch takes more buffer bindings than the IREE runtime accepts on each of
+    `targets` (`_iree_bindings`). Returns `(vmfb bytes, that flag set)`.
+
+    Each compile runs in two iree-compile calls, to the executable-sources phase
+    (where the bindings are read) and on from it: the same `.vmfb` as one call.
 
     Raises:
-      CompileError: every flag set failed; IREE's diagnostics for the last one.
+      CompileError: no flag set made such a module; IREE's diagnostics, or the
+        dispatches over the binding limit, for the last one.
     """
     from iree.compiler import tools
 
     for flags in flag_sets(targets, cpu, gpu_arch):
+        args = [*flags, *extra_flags]
         try:
-            return tools.compile_str(text, extra_args=[*flags, *extra_flags]), flags
+            sources = tools.compile_str(text, extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
+            error = too_many_bindings(binding_counts(sources), targets)
+            if error is None:
+                return tools.compile_str(
+                    sources, extra_args=[*args, f"--compile-from={SOURCES_PHASE}"]), flags
         except tools.CompilerToolError as e:
-            error = e
-    raise CompileError(f"iree-compile failed for targets {list(targets)}:\n{error}") from None
+            error = f"iree-compile failed for targets {list(targets)}:\n{e}"
+    raise CompileError(error) from None
 
 
 def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                  extra_flags=()) -> bytes:
     """Compile prepared module text to `.vmfb` bytes (`compile_module`), raising
-    `CompileError` with IREE's diagnostics when it fails."""
+    `CompileError` when it fails or would make a module that cannot run."""
     return compile_module(text, targets, cpu, gpu_arch, extra_flags)[0]
 
 
