@@ -6,6 +6,8 @@ phase, where every dispatch is a `hal.executable` with its bindings laid out.
 """
 from __future__ import annotations
 
+from whilst.lowering._ir_walk import ops_where
+
 # The most buffer bindings a dispatch may take, per target, in the IREE 3.13 runtime
 # (read from IREE's sources, and checked in the machine code of iree-base-runtime
 # 3.13.0rc20261016, IREE 89ece87b):
@@ -36,35 +38,17 @@ def binding_counts(sources: str | bytes) -> dict[str, int]:
     from iree.compiler import ir
 
     counts: dict[str, int] = {}
-
-    def visit(op):
-        if op.operation.name != "func.func":
-            return ir.WalkResult.ADVANCE
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        counts[name] = max(counts.get(name, 0), _bindings(op))
-        return ir.WalkResult.SKIP
-
     with ir.Context() as context:
         context.allow_unregistered_dialects = True
-        for op in ir.Module.parse(sources).body.operations:
-            if op.operation.name == "hal.executable":
-                op.operation.walk(visit)
+        module = ir.Module.parse(sources)
+        for executable in ops_where(module, lambda op: op.name == "hal.executable"):
+            for func in ops_where(executable, lambda op: op.name == "func.func"):
+                name = ir.StringAttr(func.attributes["sym_name"]).value
+                subspans = ops_where(func, lambda op: op.name == "hal.interface.binding.subspan")
+                bindings = 1 + max((ir.IntegerAttr(op.attributes["binding"]).value
+                                    for op in subspans), default=-1)
+                counts[name] = max(counts.get(name, 0), bindings)
     return counts
-
-
-def _bindings(func) -> int:
-    from iree.compiler import ir
-
-    highest = -1
-
-    def visit(op):
-        nonlocal highest
-        if op.operation.name == "hal.interface.binding.subspan":
-            highest = max(highest, ir.IntegerAttr(op.attributes["binding"]).value)
-        return ir.WalkResult.ADVANCE
-
-    func.operation.walk(visit)
-    return highest + 1
 
 
 def too_many_bindings(counts: dict[str, int], targets) -> str | None:
