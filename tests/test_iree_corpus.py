@@ -541,7 +541,7 @@ WITHOUT_AGGRESSIVE_FUSION = {
     "checkpoint_data_dependent_stop", "checkpoint_float_cond", "checkpoint_grad_n0",
     "checkpoint_jvp_and_grad_of_grad",
     "checkpoint_grad_n12", "checkpoint_grad_n5", "checkpoint_grad_traced_n", "checkpoint_nested",
-    "jvp_closed_over", "two_zeros_carries",
+    "grad_of_grad_nested", "jvp_closed_over", "two_zeros_carries",
 }
 
 

@@ -24,8 +24,8 @@ Static parameters:
   accumulators, stack_rows, row_offset, pops, pop_pad: residual stacks the
     loop pushes rows to or pops rows from (all 0 for a plain loop): the body
     returns `accumulators` rows after the carry and the loop's results end with
-    their stacks; with `pops`, the last body operands are `top` and the popped
-    stacks, and the body receives one row of each. See `_stacks.py`.
+    their stacks; with `pops`, the last body operands are the popped stacks, and
+    the body receives one row of each. See `_stacks.py`.
   unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
   checkpoints: None, or the number of carries reverse mode keeps: then
     linearizing the loop recomputes the steps between checkpoints
@@ -56,7 +56,8 @@ from whilst._jax_compat import (
     apply_primitive, batch_jaxpr, is_constant_shape, jaxpr_forwarding, join_effects, jvp_jaxpr,
     merge_lists, move_binders_to_front, moveaxis, partition_list, prune_closed_jaxpr_outputs,
     split_list)
-from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, split_pops, stack_avals
+from whilst.ir._stacks import (
+    NO_STACKS, StackParams, explicit_form, explicit_layout, split_pops, stack_avals)
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
@@ -81,15 +82,14 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
     assert role in ROLES, role
     sp = StackParams(**stack_params)
     nb = len(body_consts)
-    nb_jaxpr = nb - (1 if sp.pops else 0)  # `top` is not a body input
     ncarry = len(carry)
     forwarded = jaxpr_forwarding(body_jaxpr.jaxpr)
-    invariant = [forwarded[j] == nb_jaxpr + 1 + j for j in range(ncarry)]
+    invariant = [forwarded[j] == nb + 1 + j for j in range(ncarry)]
     if any(invariant):
         body_jaxpr = move_binders_to_front(
             prune_closed_jaxpr_outputs(
                 body_jaxpr, [not v for v in invariant] + [True] * sp.accumulators),
-            [False] * (nb_jaxpr + 1) + invariant)
+            [False] * (nb + 1) + invariant)
         cond_jaxpr = move_binders_to_front(
             cond_jaxpr, [False] * (len(cond_consts) + 1) + invariant)
         carry_kept, moved = partition_list(invariant, list(carry))
@@ -152,10 +152,11 @@ def jvp_body(body_jaxpr, const_nz, carry_nz):
 def _jvp_rule(primals, tangents, **params):
     """Carry the tangents of the carry alongside it, through the same While."""
     if StackParams.of(params).any:
-        operands, params = explicit_form(primals, params)
-        new_stacks = operands[len(primals):]
-        return _jvp_rule(operands, [*tangents, *[Zero(jax.typeof(s).to_tangent_aval())
-                                                 for s in new_stacks]], **params)
+        operands, new_params = explicit_form(primals, params)
+        new_stacks = operands[len(operands) - params["accumulators"]:]
+        return _jvp_rule(operands, explicit_layout(
+            params, tangents, [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]),
+            **new_params)
     return _jvp_plain(primals, tangents, **params)
 
 
@@ -214,11 +215,11 @@ def _batching_rule(axis_data, args, dims, **params):
     """vmap: a lane whose predicate turned false keeps its carry while others run on.
 
     Pushed rows are not held back for finished lanes: a lane's rows past its own
-    trip count are never read. Pops whose `top` differs per lane are read by the
-    loop's `explicit_form` (a gather per step)."""
+    trip count are never read. Pops at a position that differs per lane (a
+    batched bound) are read by the loop's `explicit_form` (a gather per step)."""
     sp = StackParams.of(params)
-    _, body_dims, _, _ = split_operands(dims, params["cond_nconsts"], params["body_nconsts"])
-    if split_pops(body_dims, sp.pops)[1] is not None:
+    _, _, bound_dim, _ = split_operands(dims, params["cond_nconsts"], params["body_nconsts"])
+    if sp.pops and bound_dim is not None:
         def one_example(*operands):
             new_operands, new_params = explicit_form(operands, params)
             return functional_while_p.bind(*new_operands, **new_params)
@@ -232,8 +233,8 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
                        body_nconsts, static_bound, **params):
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     cc_dims, bc_dims, bound_dim, carry_dims = split_operands(dims, cond_nconsts, body_nconsts)
-    consts, top, popped = split_pops(body_consts, sp.pops)
-    c_dims, _, pop_dims = split_pops(bc_dims, sp.pops)
+    consts, popped = split_pops(body_consts, sp.pops)
+    c_dims, pop_dims = split_pops(bc_dims, sp.pops)
     ncarry = len(carry)
     cc_b = [d is not None for d in cc_dims]
     bc_b = [d is not None for d in [*c_dims, *pop_dims]]  # the body's const inputs
@@ -263,7 +264,7 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     consts = [_move_to_front(x, d, False, size) for x, d in zip(consts, c_dims)]
     popped = [x if d is None else moveaxis(x, d, 1) for x, d in zip(popped, pop_dims)]
     carry = [_move_to_front(x, d, b, size) for x, d, b in zip(carry, carry_dims, carry_b)]
-    body_operands = [*consts, *([] if top is None else [top]), *popped]
+    body_operands = [*consts, *popped]
 
     if not per_lane:
         counter, *outs = functional_while(

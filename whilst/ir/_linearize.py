@@ -21,19 +21,21 @@ from whilst.ir._budget import budget_linearize, budget_split
 from whilst.ir._checkpoint import checkpointed_linearize
 from whilst.ir._functional_while import functional_while_p
 from whilst.ir._reverse import step_residuals, stored_linearize
-from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form
+from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 
 DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop
 
 
 def _linearize_rule(is_vjp, nzs, *primals, **params):
     if StackParams.of(params).any:
-        operands, params = explicit_form(primals, params)
-        new_stacks = operands[len(primals):]
+        operands, new_params = explicit_form(primals, params)
+        new_stacks = operands[len(operands) - params["accumulators"]:]
         out, out_nz, residuals, linearized = _linearize_rule(
-            is_vjp, [*nzs, *[False] * len(new_stacks)], *operands, **params)
+            is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
+            *operands, **new_params)
         stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
-        return out, out_nz, residuals, lambda res, *t: linearized(res, *t, *stack_zeros)
+        return out, out_nz, residuals, lambda res, *t: linearized(
+            res, *explicit_layout(params, t, stack_zeros))
     params = {k: v for k, v in params.items() if k not in NO_STACKS}
     checkpoints = params.pop("checkpoints")
     if checkpoints is not None:

@@ -164,16 +164,15 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
         new_given, new_zero_started = partition_list(zero_ct, ct_dx)
         return [*new_given, *zeros.update(started, [*new_zero_started, *new_acc])]
 
-    # The gradient While pops row `top - k` of each stack at step k.
+    # The gradient While pops row `n - 1 + row_offset - k` of each stack at step k.
     consts = [*invariants, *known_dconsts]
-    popped = [n - 1 + row_offset, *stacks] if stacks else []
     in_avals = [*[jax.typeof(x) for x in consts], *[jax.typeof(s).update(shape=s.shape[1:])
                                                      for s in stacks]]
     carry_avals = [*[jax.typeof(c) for c in ct_given], *zeros.avals]
     grad_body = trace_closed(body, [*in_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
     _, *outs = functional_while(
-        [], [*consts, *popped], n, [*ct_given, *zeros.initial()],
+        [], [*consts, *stacks], n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient", unroll=unroll,
         pops=len(stacks), pop_pad=row_offset)

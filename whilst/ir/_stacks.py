@@ -2,12 +2,13 @@
 
 A functional While may push rows (its body returns them after the carry; the
 loop's results end with their stacks) and pop rows (stacks passed as its last
-body operands, after `top`; the body receives one row of each per step)::
+body operands; the body receives one row of each per step, counting down to
+row `pop_pad` at the last step the bound allows)::
 
     stacks = [empty((stack_rows + spare_j, *row.shape)) for each pushed row j]
     i = 0
     while i < bound and cond(*cond_consts, i, *carry):
-        rows_in = [p[top - i] for p in popped]
+        rows_in = [p[bound - 1 + pop_pad - i] for p in popped]
         carry, rows_out = body(*consts, *rows_in, i, *carry)
         for s, r in zip(stacks, rows_out):
             s[row_offset + i] = r
@@ -17,8 +18,11 @@ body operands, after `top`; the body receives one row of each per step)::
 Because the loop, not its body, does the indexing, the lowering can unroll k
 steps and move k rows at once: one `dynamic_update_slice` of a k-row chunk per
 emitted iteration for pushes, one `dynamic_slice` of a k-row chunk for pops
-(rows `top - i - (k-1) .. top - i`, so `pop_pad >= k - 1` rows must lie below
-the row of step 0). Unrolled bodies that index at a computed position, by
+(rows `bound - 1 + pop_pad - i - (k-1) ..`, so `pop_pad >= k - 1` rows must lie
+below the row of the last step). The pop position follows from the bound, not
+from an operand of its own, so that IREE, which reads the bound of a counted
+loop to the host once, computes it on the host too (an operand would be read
+back every iteration). Unrolled bodies that index at a computed position, by
 contrast, fail in iree-compile 3.13.
 
 `explicit_form` rewrites such a loop into the equivalent one whose body
@@ -110,30 +114,30 @@ def write_rows(stacks, rows, index):
 
 
 def split_pops(body_consts, pops: int):
-    """`body_consts -> (consts, top, popped)`; `top` is None without pops."""
-    if not pops:
-        return list(body_consts), None, []
-    consts, (top,), popped = split_list(list(body_consts), [len(body_consts) - 1 - pops, 1])
-    return consts, top, popped
+    """`body_consts -> (consts, popped)`."""
+    return split_list(list(body_consts), [len(body_consts) - pops])
 
 
 def explicit_form(operands, params: dict):
     """`(operands, params)` of the equivalent functional While with no stack
     parameters: pushed stacks become trailing carries (starting uninitialized)
-    written by the body, popped stacks constants read by the body. The results
-    are the same list: `[i, *carry, *stacks]`."""
+    written by the body, popped stacks constants read by the body, which also
+    gets the bound (for the pop position) as its last constant. The results are
+    the same list: `[i, *carry, *stacks]`. `explicit_layout` lays out any list
+    given per operand (tangents, flags) the same way."""
     sp = StackParams.of(params)
     cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
     ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
-    cond_consts, body_consts, (bound,), carry = split_list(list(operands), [ncc, nbc, 1])
+    _, body_consts, (bound,), carry = split_list(list(operands), [ncc, nbc, 1])
     ncarry = len(carry)
     row_avals = body_jaxpr.out_avals[ncarry:]
     stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals(row_avals, sp.stack_rows)]
+    nbound = 1 if sp.pops else 0
 
     def body(*args):
-        bcs, (i,), xs, stacks = split_list(args, [nbc, 1, ncarry])
-        cs, top, popped = split_pops(bcs, sp.pops)
-        rows_in = read_rows(popped, top - i) if sp.pops else []
+        bcs, bound_in, (i,), xs, stacks = split_list(args, [nbc, nbound, 1, ncarry])
+        cs, popped = split_pops(bcs, sp.pops)
+        rows_in = read_rows(popped, bound_in[0] - 1 + sp.pop_pad - i) if sp.pops else []
         outs = call(body_jaxpr, *cs, *rows_in, i, *xs)
         new_xs, rows_out = split_list(outs, [ncarry])
         return [*new_xs, *write_rows(stacks, rows_out, i + sp.row_offset)]
@@ -142,12 +146,21 @@ def explicit_form(operands, params: dict):
         cs, (i,), xs, _ = split_list(args, [ncc, 1, ncarry])
         return call(cond_jaxpr, *cs, i, *xs)
 
-    const_avals = [jax.typeof(x) for x in body_consts]
+    const_avals = [jax.typeof(x) for x in [*body_consts, bound][:nbc + nbound]]
     carry_avals = [jax.typeof(x) for x in [*carry, *stacks0]]
     new_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                             "functional_while_explicit_body")
     new_cond = trace_closed(cond, [*cond_jaxpr.in_avals, *carry_avals[ncarry:]],
                             "functional_while_explicit_cond")
     new_params = dict(params, cond_jaxpr=new_cond, body_jaxpr=new_body, unroll=None,
-                      **NO_STACKS)
-    return [*operands, *stacks0], new_params
+                      body_nconsts=nbc + nbound, **NO_STACKS)
+    return explicit_layout(params, operands, stacks0), new_params
+
+
+def explicit_layout(params: dict, per_operand: list, per_stack: list) -> list:
+    """`per_operand` (one item per operand of a loop with stack parameters) laid
+    out as the operands of its `explicit_form`: the bound's item again for the
+    body's copy of the bound (loops that pop), `per_stack` after the carry."""
+    head, (bound,), carry = split_list(
+        list(per_operand), [params["cond_nconsts"] + params["body_nconsts"], 1])
+    return [*head, *([bound] if params["pops"] else []), bound, *carry, *per_stack]

@@ -150,7 +150,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                                pop_pad):
     del checkpoints, gradient_memory  # reverse mode's, chosen before lowering
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
-    consts, top, popped = split_pops(body_consts, pops)
+    consts, popped = split_pops(body_consts, pops)
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
     cond_jaxpr, body_jaxpr, k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
@@ -167,11 +167,25 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     def const(value):
         return mlir.ir_constant(np.int32(value))
 
+    counted = _always_true(cond_jaxpr)
+
     def predicate(i, xs):
         in_bound = hlo.compare(i, bound, hlo.ComparisonDirectionAttr.get("LT"),
                                compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+        if counted:
+            return in_bound
         (pred,) = _subcomp(ctx, cond_jaxpr, name_stack.extend("cond"), *cond_consts, i, *xs)
         return hlo.and_(in_bound, pred)
+
+    def counted_tests(i):
+        """`i + arange(k) < bound`, one vector compare (IREE 3.13 computes the
+        k scalar tests of a counted loop on the host and fills a buffer with each)."""
+        vec = ir.RankedTensorType.get([k], ir.IntegerType.get_signless(32))
+        offsets = mlir.ir_constant(np.arange(k, dtype=np.int32))
+        at = hlo.add(hlo.broadcast_in_dim(vec, i, []), offsets)
+        return hlo.compare(at, hlo.broadcast_in_dim(vec, bound, []),
+                           hlo.ComparisonDirectionAttr.get("LT"),
+                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
 
     def step(i, xs, rows_in):
         outs = _subcomp(ctx, body_jaxpr, name_stack.extend("body"), *consts, *rows_in, i, *xs)
@@ -185,11 +199,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         pushed = [[] for _ in stack_avals]
         taken, tested = const(min(first_predicated, k)), []
         group = max(1, EPILOGUE_GROUP_CARRIES // (ncarry + 1))
+        lanes = counted_tests(i) if counted and k > 1 else None
         for s in range(k):
             index = i if s == 0 else hlo.add(i, const(s))
             rows_in = [rows[k - 1 - s] for rows in popped_rows]
             if s >= first_predicated:
-                active = predicate(index, xs)
+                active = (predicate(index, xs) if lanes is None else
+                          hlo.reshape(ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)),
+                                      hlo.slice(lanes, [s], [s + 1], [1])))
                 new, rows = step(index, xs, rows_in)
                 xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
                 taken = hlo.add(taken, hlo.convert(i32, active))
@@ -208,8 +225,10 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         return xs, pushed, taken, all_active
 
     def read_popped(i):
-        """The k rows of each popped stack that steps i .. i + k - 1 pop (top - i - s)."""
-        start = hlo.subtract(top, hlo.add(i, const(k - 1))) if pops else None
+        """The k rows of each popped stack that steps i .. i + k - 1 pop
+        (bound - 1 + pop_pad - i - s), at a position computed from the bound."""
+        start = (hlo.add(hlo.subtract(bound, hlo.add(i, const(k - 1))), const(pop_pad - 1))
+                 if pops else None)
         return [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
 
     def write_pushed(stacks, pushed, i, guard=None):
@@ -230,7 +249,6 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     # row indices stay host-computable) and `count` counts the steps taken. A loop
     # bounded only by its trip count (cond always true: gradient and linear Whiles)
     # needs neither: its test is on i and the bound, in the cond region.
-    counted = _always_true(cond_jaxpr)
     # Unpredicated steps (see the module docstring). Counted loops keep the predicated
     # form: unpredicated, IREE 3.13 failed to compile a module of several checkpointed
     # gradients ("failed to solve for timepoint coverage", tests/test_iree_corpus.py).
