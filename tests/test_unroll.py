@@ -172,10 +172,14 @@ def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
         np.testing.assert_allclose(gw[lane], want_w, rtol=1e-5, atol=1e-6)
 
 
-def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
+def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step():
     """The push/pop gradient of a tiny body: each emitted iteration of the forward
-    and of the gradient While reads back two scalars (the chunk's row index and the
-    predicate) for its k steps, never one per step."""
+    While reads back two scalars (the chunk's row index and the predicate) for its
+    k steps, never one per step. The gradient While reads back nothing: IREE keeps
+    the counter of a loop tested `i < bound` on the host, and the pop position and
+    the k step tests follow from the counter and the bound (it read back two
+    while its test was `i < bound and True` and its pop position an operand of
+    its own)."""
     from whilst.lowering import compile_to_stream, loop_counts, prepare
 
     x = np.ones(64, np.float32)
@@ -188,6 +192,8 @@ def test_iree_unrolled_gradient_reads_back_twice_per_emitted_iteration():
     for (loads, dispatches), k in zip(loops, ks):
         assert loads <= 2, loops
         assert dispatches <= 3 * k, loops  # the steps' dispatches, no per-step copies
+    (_, _), (gradient_loads, _) = loops
+    assert gradient_loads == 0, loops
 
 
 def test_iree_unrolled_steps_fuse_into_few_dispatches():

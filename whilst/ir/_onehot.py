@@ -52,7 +52,7 @@ def _rule(eqn):
     if name not in ("dynamic_slice", "dynamic_update_slice", "gather", *_SCATTER_COMBINE):
         return None
     operand = eqn.invars[0].aval
-    if (not isinstance(operand, ShapedArray) or not _selectable(operand.dtype)
+    if (not isinstance(operand, ShapedArray) or not selectable(operand.dtype)
             or not is_constant_shape(operand.shape)):
         return None
     if name == "dynamic_slice":
@@ -78,7 +78,8 @@ def _rule(eqn):
     return rule
 
 
-def _selectable(dtype) -> bool:
+def selectable(dtype) -> bool:
+    """Whether `pick` takes arrays of `dtype` (booleans, integers, floats)."""
     return np.dtype(dtype).kind in "biuf" and np.dtype(dtype).itemsize in _BITS
 
 
@@ -104,7 +105,7 @@ def _at(position, axis, shape):
     return lax.eq(lax.broadcasted_iota(np.int32, shape, axis), lax.broadcast(position, shape))
 
 
-def _pick(x, mask, axis):
+def pick(x, mask, axis):
     """The element of `x` where `mask` holds along `axis` (one per line), as
     `x`'s exact bit pattern; axis kept with size 1."""
     bits = _BITS[x.dtype.itemsize]
@@ -133,7 +134,7 @@ def _dynamic_slice(x, *starts, slice_sizes):
         if size == n:
             continue
         start = _clamped(start, n - size)
-        rows = [_pick(x, _at(lax.add(start, np.int32(r)), axis, x.shape), axis)
+        rows = [pick(x, _at(lax.add(start, np.int32(r)), axis, x.shape), axis)
                 for r in range(size)]
         x = rows[0] if size == 1 else lax.concatenate(rows, axis)
     return x
@@ -187,7 +188,7 @@ def _row_index(indices, n, mode):
 def _gather_row(x, indices, *, mode, fill_value=None, **_):
     """`x[indices[0]]` of a one-row gather, with the gather's bounds mode."""
     j, in_bounds = _row_index(indices, x.shape[0], mode)
-    row = lax.squeeze(_pick(x, _at(j, 0, x.shape), 0), (0,))
+    row = lax.squeeze(pick(x, _at(j, 0, x.shape), 0), (0,))
     if in_bounds is None:
         return row
     return lax.select(lax.broadcast(in_bounds, row.shape), row,

@@ -82,6 +82,7 @@ import contextvars
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 from jax.core import ShapedArray
 from jax.extend.core import ClosedJaxpr, Literal
@@ -94,7 +95,7 @@ from whilst._jax_compat import (
 from whilst.ir._export_forms import export_forms
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
-from whilst.ir._onehot import onehot_indexing
+from whilst.ir._onehot import onehot_indexing, pick, selectable
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
@@ -193,11 +194,11 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def steps(i, xs, popped_rows, first_predicated, fenced=False):
         """k steps from step `i`, those from `first_predicated` on predicated on their
-        own test: `(xs, pushed chunks, steps taken (i32), all_active)`, where
-        `all_active` is whether the unpredicated steps after the first all pass
-        their test (None when there are none)."""
+        own test: `(xs, pushed chunks, steps taken (i32), seen)`, where `seen[s]` is
+        the carry step i + s sees (s = 0 .. k; unpredicated steps only). `fenced`:
+        in groups of EPILOGUE_GROUP_CARRIES carries."""
         pushed = [[] for _ in stack_avals]
-        taken, tested = const(min(first_predicated, k)), []
+        taken, seen = const(min(first_predicated, k)), [xs]
         group = max(1, EPILOGUE_GROUP_CARRIES // (ncarry + 1))
         lanes = counted_tests(i) if counted and k > 1 else None
         for s in range(k):
@@ -211,18 +212,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                 xs = [hlo.select(_broadcast(active, n.type), n, x) for n, x in zip(new, xs)]
                 taken = hlo.add(taken, hlo.convert(i32, active))
             else:
-                if s > 0:
-                    tested.append(xs)
                 xs, rows = step(index, xs, rows_in)
+                seen.append(xs)
             for chunk, r in zip(pushed, rows):
                 chunk.append(r)
             if fenced and s % group == group - 1 < k - 1:
                 xs = list(hlo.OptimizationBarrierOp([*xs, taken]).results)
                 xs, taken = xs[:-1], xs[-1]
-        all_active = (_subcomp(ctx, all_pass, name_stack.extend("cond"), *cond_consts, i,
-                               bound, *(x for xs in tested for x in xs))[0]
-                      if tested else None)
-        return xs, pushed, taken, all_active
+        return xs, pushed, taken, seen
 
     def read_popped(i):
         """The k rows of each popped stack that steps i .. i + k - 1 pop
@@ -239,10 +236,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         for st, a, rs in zip(stacks, stack_avals, pushed):
             stored = _stored(a, storage)
             rows = _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs), storage)
-            if guard is not None:
-                old = _read_rows(ctx, st, stored, at, k)
-                rows = [hlo.select(_broadcast(guard, r.type), r, o) for r, o in zip(rows, old)]
-            out.append(_write_rows(ctx, st, stored, rows, at))
+            out.append(_write_rows(ctx, st, stored, rows, at, guard))
         return out
 
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
@@ -255,8 +249,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     speculative = k > 1 and not counted and not pops and _tests_one_scalar(cond_jaxpr,
                                                                             cond_nconsts)
     if speculative:
-        all_pass = _all_pass(cond_jaxpr, cond_nconsts, k,
-                             _integer_strides(body_jaxpr, len(consts) + pops))
+        strides = _integer_strides(body_jaxpr, len(consts) + pops)
+        all_pass = _all_pass(cond_jaxpr, cond_nconsts, k, strides)
+        # Picking among k + 1 scalars makes IREE 3.13 fuse them all into one
+        # dispatch, past its runtime's 32 bindings: such loops run their last
+        # steps predicated, fenced in groups.
+        picks_scalars = any(d is None and not a.shape for d, a in zip(strides, carry_avals))
+        if not picks_scalars:
+            last_steps = _last_steps(cond_jaxpr, cond_nconsts, k, strides)
     rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
     count_carried = k > 1 and not counted
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
@@ -289,8 +289,10 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
         xs = old_xs = _from_storage(ctx, xs, carry_avals, storage)
-        xs, pushed, taken, all_active = steps(i, xs, read_popped(i),
-                                              k if speculative else 1)
+        xs, pushed, taken, seen = steps(i, xs, read_popped(i), k if speculative else 1)
+        if speculative:
+            all_active, = _subcomp(ctx, all_pass, name_stack.extend("cond"), *cond_consts, i,
+                                   bound, *(x for xs_s in seen[1:k] for x in xs_s))
         xs = _read_every_carry(body_jaxpr, len(consts) + pops, i, old_xs, xs)
         new_i = hlo.add(i, const(k))
         if rotated:
@@ -323,10 +325,19 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     results = _from_storage(ctx, results, carry_avals, storage)
     if count_carried:
         i = while_op.results[len(extra_types)]
-    if speculative:
-        # The steps after the last full iteration (fewer than k), all predicated
-        # (such loops pop no rows).
+    if speculative and picks_scalars:
+        # The steps after the last full iteration (fewer than k; such loops pop no
+        # rows), predicated.
         results, pushed, taken, _ = steps(i, results, [], 0, fenced=True)
+        ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
+                          compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+        stacks = write_pushed(stacks, pushed, i, guard=ran)
+        i = hlo.add(i, taken)
+    elif speculative:
+        # The same steps unpredicated, then the carry after those that pass.
+        _, pushed, _, seen = steps(i, results, [], k)
+        taken, *results = _subcomp(ctx, last_steps, name_stack.extend("cond"), *cond_consts,
+                                   i, bound, *(x for xs_s in seen for x in xs_s))
         ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
         stacks = write_pushed(stacks, pushed, i, guard=ran)
@@ -339,32 +350,78 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 def _all_pass(cond_jaxpr, cond_nconsts, k, strides) -> ClosedJaxpr:
     """`all_pass(*cond_consts, i, bound, *xs_1, ..., *xs_(k-1))`: whether steps
     i + 1 .. i + k - 1 all pass the loop test, `xs_s` being the carry step i + s
-    sees. The test runs once, vectorized over the k - 1 steps (`jax.vmap`): one
-    test per step costs IREE 3.13 a dozen small dispatches per emitted iteration.
-    A read carry with an integer stride d (`_integer_strides`) is tested at
-    `xs_1 + d * [0, ..., k - 2]` (in its dtype's wrapping arithmetic, as the steps
-    compute it), not at the k - 1 scalars the steps computed: IREE 3.13 gives
-    stacking those scalars several dispatches per emitted iteration (sin 10k
-    steps: 10 dispatches per emitted iteration, against 1)."""
-    nconsts, ncarry = cond_nconsts, len(cond_jaxpr.in_avals) - cond_nconsts - 1
-    avals = cond_jaxpr.in_avals
-    read = _carries_read(cond_jaxpr, cond_nconsts)
+    sees (`_passes`)."""
+    nconsts, avals = cond_nconsts, cond_jaxpr.in_avals
 
     def all_pass(*args):
         consts, (i, bound), flat = split_list(args, [nconsts, 2])
-        per_step = [flat[s * ncarry:(s + 1) * ncarry] for s in range(k - 1)]
-        # Carries the test does not read are passed once, unbatched.
-        columns = [column[0] if not r else jnp.stack(column) if d is None else
-                   column[0] + _multiples(d, k - 1, column[0].dtype)
-                   for r, d, column in zip(read, strides, zip(*per_step))]
-        tests = jax.vmap(lambda index, *xs: call(cond_jaxpr, *consts, index, *xs)[0],
-                         in_axes=(0, *(0 if r else None for r in read)))(
-            i + jnp.arange(1, k, dtype=np.int32), *columns)
-        in_bound = i < bound - (k - 1)
-        return [jnp.logical_and(in_bound, jnp.all(tests))]
+        return [jnp.all(_passes(cond_jaxpr, consts, strides, i, bound, 1, k - 1, flat))]
 
     return trace_closed(all_pass, [*avals[:nconsts], COUNTER_AVAL, COUNTER_AVAL,
                                    *avals[nconsts + 1:] * (k - 1)], "all_pass")
+
+
+def _last_steps(cond_jaxpr, cond_nconsts, k, strides) -> ClosedJaxpr:
+    """`last_steps(*cond_consts, i, bound, *xs_0, ..., *xs_k) -> (steps, *x)`: how
+    many of steps i .. i + k - 1 pass the loop test, each admitted by those before
+    it (`_passes`; the first that fails, or k), and `x = xs_steps`, picked bit for
+    bit by one-hot reductions over the k + 1 carries (`_pick_step`)."""
+    nconsts, avals = cond_nconsts, cond_jaxpr.in_avals
+    ncarry = len(avals) - nconsts - 1
+
+    def last_steps(*args):
+        consts, (i, bound), flat = split_list(args, [nconsts, 2])
+        passes = _passes(cond_jaxpr, consts, strides, i, bound, 0, k, flat[:k * ncarry])
+        s = jnp.arange(k, dtype=np.int32)
+        # Fenced: with aggressive fusion, iree-compile 3.13 fuses the reduction into
+        # one of its users and fails on the others ("operand #0 does not dominate
+        # this use", bench/iree_limits/reproduce.py aggressive_fusion_dominance).
+        steps = lax.optimization_barrier(jnp.min(jnp.where(passes, np.int32(k), s)))
+        per_step = [flat[s * ncarry:(s + 1) * ncarry] for s in range(k + 1)]
+        return [steps, *(_pick_step(column, steps, d)
+                         for d, column in zip(strides, zip(*per_step)))]
+
+    return trace_closed(last_steps, [*avals[:nconsts], COUNTER_AVAL, COUNTER_AVAL,
+                                     *avals[nconsts + 1:] * (k + 1)], "last_steps")
+
+
+def _passes(cond_jaxpr, consts, strides, i, bound, first, m, flat):
+    """`[i + s < bound and cond(i + s, xs_s) for s in first .. first + m - 1]` for
+    the carries `flat = [*xs_first, ..., *xs_(first+m-1)]`. The test runs once,
+    vectorized over the m steps (`jax.vmap`): one test per step costs IREE 3.13 a
+    dozen small dispatches per emitted iteration. A read carry with an integer
+    stride d (`_integer_strides`) is tested at `xs_first + d * [0, ..., m - 1]`
+    (in its dtype's wrapping arithmetic, as the steps compute it), not at the m
+    scalars the steps computed: IREE 3.13 gives stacking those scalars several
+    dispatches per emitted iteration (sin 10k steps: 10 dispatches per emitted
+    iteration, against 1)."""
+    read = _carries_read(cond_jaxpr, len(consts))
+    ncarry = len(read)
+    per_step = [flat[s * ncarry:(s + 1) * ncarry] for s in range(m)]
+    # Carries the test does not read are passed once, unbatched.
+    columns = [column[0] if not r else jnp.stack(column) if d is None else
+               column[0] + _multiples(d, m, column[0].dtype)
+               for r, d, column in zip(read, strides, zip(*per_step))]
+    s = jnp.arange(first, first + m, dtype=np.int32)
+    tests = jax.vmap(lambda index, *xs: call(cond_jaxpr, *consts, index, *xs)[0],
+                     in_axes=(0, *(0 if r else None for r in read)))(i + s, *columns)
+    return jnp.logical_and(s < bound - i, tests)
+
+
+def _pick_step(column, steps, stride):
+    """`column[steps]`, bit for bit: `column[0] + stride * steps` for a carry with
+    an integer stride, else a one-hot reduction (`_onehot.pick`; a chain of
+    selects where that takes no such dtype)."""
+    if stride is not None:
+        dtype = column[0].dtype
+        return column[0] + steps.astype(dtype) * _multiples(stride, 2, dtype)[1]
+    if not selectable(column[0].dtype):
+        chosen = column[0]
+        for s, x in enumerate(column[1:], 1):
+            chosen = jnp.where(steps == s, x, chosen)
+        return chosen
+    stacked = jnp.stack(column)
+    return pick(stacked, lax.broadcasted_iota(np.int32, stacked.shape, 0) == steps, 0)[0]
 
 
 def _stored(aval, storage):
@@ -435,11 +492,15 @@ def _read_rows(ctx, stack, stack_aval, start, k):
             for s in range(k)]
 
 
-def _write_rows(ctx, stack, stack_aval, rows, at):
+def _write_rows(ctx, stack, stack_aval, rows, at, guard=None):
     """`stack[at:at + len(rows)] = rows`: one `dynamic_update_slice`, or one scatter
-    per row for rows of symbolic shape."""
+    per row for rows of symbolic shape; with `guard`, the rows there are kept where
+    `guard` is false (one select of the whole chunk)."""
     row_aval = stack_aval.update(shape=stack_aval.shape[1:])
     if has_symbolic_rows(stack_aval.shape):
+        if guard is not None:
+            old = _read_rows(ctx, stack, stack_aval, at, len(rows))
+            rows = [hlo.select(_broadcast(guard, r.type), r, o) for r, o in zip(rows, old)]
         write = mlir.lower_fun(write_row, multiple_results=False)
         rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL, row_aval],
                                avals_out=[stack_aval])
@@ -449,6 +510,11 @@ def _write_rows(ctx, stack, stack_aval, rows, at):
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     rows = [reshape(ctx, r, one_aval) for r in rows]
     chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
+    if guard is not None:
+        chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
+        old = dynamic_slice(ctx, chunk_aval, stack,
+                            start_indices=_row_start(ctx, at, stack_aval.ndim))
+        chunk = hlo.select(_broadcast(guard, chunk.type), chunk, old)
     return dynamic_update_slice(ctx, stack_aval, stack, chunk,
                                 start_indices=_row_start(ctx, at, stack_aval.ndim))
 
