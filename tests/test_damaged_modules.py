@@ -53,6 +53,16 @@ def test_one_flipped_bit_in_the_seal_marker_is_not_mistaken_for_no_seal(sealed):
             load(flip(damaged, 8 * (len(sealed) // 2)))
 
 
+def test_a_seal_marker_damaged_past_recognition_is_not_taken_for_no_seal(sealed):
+    """A burst that flips every bit of the marker: the module no longer looks sealed,
+    and the bytes after its archive give the damage away (the body itself is intact)."""
+    marker = (len(sealed) - SEAL_LEN) * 8
+    damaged = flip(sealed, *range(marker, marker + 128))
+    assert not is_sealed(damaged)
+    with pytest.raises(LoadError, match=r"48 bytes follow the end of its archive"):
+        load(damaged)
+
+
 @pytest.mark.parametrize("cut", [1, 5, 32])
 def test_a_truncated_seal_is_detected(sealed, cut):
     with pytest.raises(LoadError):

@@ -11,7 +11,8 @@ at most one scalar of the carry (`i < n`, `err > tol`) and that pops no residual
 rows runs its k steps **unpredicated**: a select between steps would keep IREE
 from fusing them (sin 10k steps: 23 dispatches per iteration, against 10). An
 iteration that runs past the loop's end is undone, and the steps left after the
-last full iteration run once, predicated, after the loop. As plain Python::
+last full iteration run once after the loop, unpredicated too, keeping the carry
+after those that pass. As plain Python::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:
@@ -24,18 +25,19 @@ last full iteration run once, predicated, after the loop. As plain Python::
             x = x0
         count += k if full else 0
         i += k
-    i = count
-    for s in range(k):                      # fewer than k steps left, fenced
-        p = i + s < bound and cond(i + s, x)  # in groups (EPILOGUE_GROUP_CARRIES)
-        x = body(i + s, x) if p else x      # an elementwise `select`
-        count += p
-    return count, x
+    i = count                               # fewer than k steps left:
+    xs = [x] + [x := body(i + s, x) for s in range(k)]  # unpredicated again
+    steps = min([s for s in range(k) if not (i + s < bound and cond(i + s, xs[s]))] + [k])
+    return count + steps, xs[steps]         # a one-hot pick, bit for bit
 
-where `x_s` is the carry step `i + s` sees; the k - 1 tests of `full` run as
-one test vectorized over them (`_all_pass`). Other loops (gradient and linear
-Whiles, whose test is the trip count; loops that pop rows; tests that read more
-of the carry, not yet measured in this form) predicate every step after the
-first::
+where `x_s` is the carry step `i + s` sees; the tests of `full` and of the last
+steps each run as one test vectorized over the steps (`_passes`). A loop that
+would pick among k + 1 scalars (a scalar carry other than a counter, whose
+value after s steps is computed instead) runs its last steps predicated, in
+fenced groups (EPILOGUE_GROUP_CARRIES), as the loops below run every step.
+Other loops (gradient and linear Whiles, whose test is the trip count; loops
+that pop rows; tests that read more of the carry, not yet measured in this
+form) predicate every step after the first::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:

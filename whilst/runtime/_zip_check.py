@@ -33,6 +33,20 @@ def check_crcs(data: bytes) -> None:
     if bad is not None:
         raise LoadError(f"the module is corrupted: the CRC-32 of its part {bad!r} does not "
                         f"match. Recompile it or copy it again.")
+    trailing = _bytes_after_archive(data)
+    if trailing:
+        raise LoadError(f"the module is corrupted: {trailing} bytes follow the end of its "
+                        f"archive (a whilst seal damaged past recognition, or another file "
+                        f"appended). Recompile it or copy it again.")
+
+
+def _bytes_after_archive(data: bytes) -> int:
+    """How many bytes follow the ZIP end-of-directory record and its comment
+    (`iree-compile` writes none; a sealed module's seal follows it)."""
+    end = data.rfind(_END_OF_DIRECTORY)
+    if end < 0 or end + 22 > len(data):
+        return 0
+    return max(0, len(data) - (end + 22 + int.from_bytes(data[end + 20:end + 22], "little")))
 
 
 def _looks_like_zip(data: bytes) -> bool:
