@@ -146,7 +146,7 @@ def explicit_form(operands, params: dict):
         cs, (i,), xs, _ = split_list(args, [ncc, 1, ncarry])
         return call(cond_jaxpr, *cs, i, *xs)
 
-    const_avals = [jax.typeof(x) for x in [*body_consts, bound][:nbc + nbound]]
+    const_avals = [jax.typeof(x) for x in [*body_consts, *[bound] * nbound]]
     carry_avals = [jax.typeof(x) for x in [*carry, *stacks0]]
     new_body = trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                             "functional_while_explicit_body")

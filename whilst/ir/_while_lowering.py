@@ -327,19 +327,16 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     results = _from_storage(ctx, results, carry_avals, storage)
     if count_carried:
         i = while_op.results[len(extra_types)]
-    if speculative and picks_scalars:
+    if speculative:
         # The steps after the last full iteration (fewer than k; such loops pop no
-        # rows), predicated.
-        results, pushed, taken, _ = steps(i, results, [], 0, fenced=True)
-        ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
-                          compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
-        stacks = write_pushed(stacks, pushed, i, guard=ran)
-        i = hlo.add(i, taken)
-    elif speculative:
-        # The same steps unpredicated, then the carry after those that pass.
-        _, pushed, _, seen = steps(i, results, [], k)
-        taken, *results = _subcomp(ctx, last_steps, name_stack.extend("cond"), *cond_consts,
-                                   i, bound, *(x for xs_s in seen for x in xs_s))
+        # rows): predicated, or unpredicated and then the carry after those that pass.
+        if picks_scalars:
+            results, pushed, taken, _ = steps(i, results, [], 0, fenced=True)
+        else:
+            _, pushed, _, seen = steps(i, results, [], k)
+            taken, *results = _subcomp(ctx, last_steps, name_stack.extend("cond"),
+                                       *cond_consts, i, bound,
+                                       *(x for xs_s in seen for x in xs_s))
         ran = hlo.compare(taken, const(0), hlo.ComparisonDirectionAttr.get("GT"),
                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
         stacks = write_pushed(stacks, pushed, i, guard=ran)
