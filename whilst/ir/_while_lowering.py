@@ -63,9 +63,11 @@ loop bounded only by its trip count needs neither `count` nor `go`: its test
 is `i < bound` in the cond region and its counter min(i, bound).)
 
 Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
-k steps push are concatenated into one `[k, *row]` chunk written with one
-`dynamic_update_slice` at `row_offset + i`, and the rows they pop are static
-slices of one chunk read at `top - i - (k-1)`. Rows of inactive steps land past
+k steps push are concatenated into one `[k, *row]` chunk written at
+`row_offset + i` with one `dynamic_update_slice` (counted loops, whose `i`
+IREE keeps on the host) or one scatter of k rows (other loops: IREE would read
+`i` back for the `dynamic_update_slice`), and the rows they pop are static
+slices of one chunk read at `bound - 1 + pop_pad - i - (k-1)`. Rows of inactive steps land past
 the loop's last row, where nothing reads them; the last steps' chunk is written
 only if one of them runs (it may start past the stacks' end). Rows of symbolic
 shape move one by one, in the forms of `_symbolic_indexing.py` (a scatter or
@@ -232,13 +234,18 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def write_pushed(stacks, pushed, i, guard=None):
         """`stacks` with the rows of steps i .. i + k - 1 written; with `guard`, the
-        rows are written only where `guard` holds (else the rows there are kept)."""
+        rows are written only where `guard` holds (else the rows there are kept).
+        Within the loop of a loop with a test of its own, IREE 3.13 keeps `i` on the
+        device: its rows are scattered (`_scatter_rows`)."""
         at = hlo.add(i, const(row_offset))
         out = []
         for st, a, rs in zip(stacks, stack_avals, pushed):
             stored = _stored(a, storage)
             rows = _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs), storage)
-            out.append(_write_rows(ctx, st, stored, rows, at, guard))
+            if guard is None and not counted and not has_symbolic_rows(stored.shape):
+                out.append(_scatter_rows(ctx, st, stored, rows, at))
+            else:
+                out.append(_write_rows(ctx, st, stored, rows, at, guard))
         return out
 
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
@@ -516,6 +523,32 @@ def _write_rows(ctx, stack, stack_aval, rows, at, guard=None):
         chunk = hlo.select(_broadcast(guard, chunk.type), chunk, old)
     return dynamic_update_slice(ctx, stack_aval, stack, chunk,
                                 start_indices=_row_start(ctx, at, stack_aval.ndim))
+
+
+def _scatter_rows(ctx, stack, stack_aval, rows, at):
+    """`stack[at:at + len(rows)] = rows` (in bounds) as one scatter of single rows:
+    IREE 3.13 runs it as a dispatch that reads `at` on the device, where it turns a
+    `dynamic_update_slice` (or a scatter of one window) into a copy at an offset
+    read back to the host, one readback per emitted iteration
+    (tests/test_unroll.py counts them)."""
+    chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
+    one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
+    rows = [reshape(ctx, r, one_aval) for r in rows]
+    chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
+
+    def scatter(stack, at, chunk):
+        dims = lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, stack.ndim)),
+                                          inserted_window_dims=(0,),
+                                          scatter_dims_to_operand_dims=(0,))
+        indices = (at + np.arange(len(chunk), dtype=np.int32))[:, None]
+        return lax.scatter(stack, indices, chunk, dims, indices_are_sorted=True,
+                           unique_indices=True,
+                           mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+    rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL, chunk_aval],
+                           avals_out=[stack_aval])
+    (stack,) = mlir.lower_fun(scatter, multiple_results=False)(rows_ctx, stack, at, chunk)
+    return stack
 
 
 def _broadcast(pred, like_type):
