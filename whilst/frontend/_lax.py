@@ -7,6 +7,7 @@ from jax import lax
 
 from whilst.frontend import _checks as checks
 from whilst.frontend._carry_types import trace_body
+from whilst.frontend._prng_keys import KeyLeaves
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 
@@ -116,24 +117,27 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
 
-    def flat_cond(i, *xs):
+    keys = KeyLeaves(init, api)
+
+    def flat_cond(i, *raw):
         del i
-        out = cond_fun(jax.tree_util.tree_unflatten(tree, xs))
+        out = cond_fun(jax.tree_util.tree_unflatten(tree, keys.wrap(raw)))
         return [checks.check_cond_output(out, "cond_fun", api)]
 
-    def flat_body(i, *xs):
+    def flat_body(i, *raw):
         del i
-        out = body_fun(jax.tree_util.tree_unflatten(tree, xs))
+        out = body_fun(jax.tree_util.tree_unflatten(tree, keys.wrap(raw)))
         out_tree = jax.tree_util.tree_structure(out)
         if out_tree != tree:
             raise TypeError(
                 f"{api}: body_fun must return the structure of init_val; found "
                 f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
                 f"in the same containers.")
-        return [checks.to_array(f"body_fun output {path}", x, api)
-                for path, x in zip(paths, jax.tree_util.tree_leaves(out))]
+        return keys.raw_outputs([checks.to_array(f"body_fun output {path}", x, api)
+                                 for path, x in zip(paths, jax.tree_util.tree_leaves(out))],
+                                paths)
 
-    init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
+    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(init), f"{name}_body")
     for path, x, out in zip(paths, init, body_jaxpr.out_avals):
         if (x.shape, x.dtype) != (out.shape, out.dtype):
             raise TypeError(
@@ -145,4 +149,4 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
     _, *outs = functional_while(cond_consts, body_consts, bound, init, cond_jaxpr=cond_jaxpr,
                                 body_jaxpr=body_jaxpr, name=name, **options)
-    return jax.tree_util.tree_unflatten(tree, outs)
+    return jax.tree_util.tree_unflatten(tree, keys.wrap(outs))

@@ -6,6 +6,7 @@ from jax import lax
 
 from whilst.frontend import _checks as checks
 from whilst.frontend._carry_types import trace_body
+from whilst.frontend._prng_keys import KeyLeaves, check_output as check_key_output, is_key
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 
 
@@ -39,7 +40,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts)
         of arrays or Python/numpy scalars. A Python scalar is weakly typed, as
         in `jax.lax.while_loop`: it takes the dtype body gives it (`[0]` with
-        `body = lambda v: v + jnp.int8(1)` loops on an int8).
+        `body = lambda v: v + jnp.int8(1)` loops on an int8). An array of
+        typed PRNG keys (`jax.random.key`) may be a loop variable; body must
+        return keys of the same implementation for it.
       shape_invariants: optional shapes, one per array, in the structure of
         loop_vars; `None` marks a dimension that may vary. whilst loops keep
         fixed shapes, so a body that changes a shape is an error even where the
@@ -85,7 +88,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     Raises:
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
         that are not arrays, cond not returning a bool scalar, body output of
-        another structure or dtype.
+        another structure or dtype (a key for a number, or the reverse).
       ValueError: empty loop_vars, bad parallel_iterations,
         maximum_iterations, checkpoints or gradient_memory, shape_invariants
         that do not fit, body output of another shape.
@@ -106,16 +109,22 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
                                                    leaves_with_paths)
 
-    def flat_body(i, *xs):
-        del i
-        out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
-        return _conform_body_output(out, loop_vars, leaves_with_paths, xs, invariants)
+    keys = KeyLeaves(leaves)
+    paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
 
-    def flat_cond(i, *xs):
+    def flat_body(i, *raw):
         del i
+        xs = keys.wrap(raw)
+        out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
+        return keys.raw_outputs(
+            _conform_body_output(out, loop_vars, leaves_with_paths, xs, invariants), paths)
+
+    def flat_cond(i, *raw):
+        del i
+        xs = keys.wrap(raw)
         return [checks.check_cond_output(cond(*jax.tree_util.tree_unflatten(in_tree, xs)))]
 
-    init, body_jaxpr, body_consts = trace_body(flat_body, leaves, f"{name}_body")
+    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
     for (path, _), x, out in zip(leaves_with_paths, init, body_jaxpr.out_avals):
         if out.dtype != x.dtype:
             raise TypeError(
@@ -131,7 +140,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
                                 name=name, **options)
-    result = jax.tree_util.tree_unflatten(in_tree, outs)
+    result = jax.tree_util.tree_unflatten(in_tree, keys.wrap(outs))
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result
     return result[0] if len(result) == 1 else result
@@ -164,6 +173,7 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
                                                 invariants):
         where = checks.path_name("loop_vars", path)
         value = checks.to_array(f"body output {where}", value)
+        check_key_output("while_loop", where, value, init.dtype)
         if value.shape != init.shape:
             fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
                    "size and write into it with .at[i].set(...), carrying the used length"
@@ -177,7 +187,7 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
                 f"while_loop: body output {where} has shape {value.shape}, but the loop "
                 f"variable has shape {init.shape}. {fix}")
         if (value.dtype != x.dtype and jax.typeof(value).weak_type
-                and not jax.typeof(x).weak_type
+                and not jax.typeof(x).weak_type and not is_key(x)
                 and jax.numpy.result_type(value, x.dtype) == x.dtype):
             value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
         flat.append(value)
