@@ -111,16 +111,21 @@ def test_unroll_must_be_a_positive_int():
 # Reverse mode with unrolling: the forward While pushes the residual rows of k steps
 # as one chunk and the gradient While pops one chunk per emitted iteration.
 
-def sin_steps(k, bound):
+def sin_steps(k, bound, clock="counter"):
+    """n steps of a small vector map, bounded by `bound`. The loop tests a counter
+    (`i < n`: the lowering bounds the loop by its trip count, and counts it) or
+    a float clock (`t < n`: the test is read back, and the steps run on past the
+    end and are undone)."""
     def f(x, w, n):
-        return whilst.while_loop(lambda i, x: i < n,
-                                 lambda i, x: (i + 1, jnp.sin(x) * w + 0.1 * x[::-1]),
-                                 [0, x], maximum_iterations=bound, unroll=k)
+        t0, dt = (0, 1) if clock == "counter" else (jnp.float32(0), jnp.float32(1))
+        return whilst.while_loop(lambda t, x: t < n,
+                                 lambda t, x: (t + dt, jnp.sin(x) * w + 0.1 * x[::-1]),
+                                 [t0, x], maximum_iterations=bound, unroll=k)
     return f
 
 
-def sin_steps_loss(k, bound):
-    return lambda x, w, n: jnp.sum(sin_steps(k, bound)(x, w, n)[1] ** 2)
+def sin_steps_loss(k, bound, clock="counter"):
+    return lambda x, w, n: jnp.sum(sin_steps(k, bound, clock)(x, w, n)[1] ** 2)
 
 
 def sin_steps_oracle(x, w, n):
@@ -134,18 +139,19 @@ def sin_steps_oracle(x, w, n):
 
 # bound = 2k: the loop's last emitted iteration fills the stacks to their last row, and
 # the forward's steps after its last full iteration start past the stacks' end.
+@pytest.mark.parametrize("clock", ["counter", "float"])
 @pytest.mark.parametrize("k, bound", [(2, 5), (3, 7), (2, 4)])
-def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound):
+def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound, clock):
     x, w = np.array([0.3, -0.2, 0.9, 0.5], np.float32), np.float32(0.8)
-    grad = lambda k: jax.grad(sin_steps_loss(k, bound), argnums=(0, 1))  # noqa: E731
+    grad = lambda k: jax.grad(sin_steps_loss(k, bound, clock), argnums=(0, 1))  # noqa: E731
     specs = (x, w, np.int32(0))
     grad_k = whilst.export(grad(k), *specs, name="grad_k")
     roles = {role: f"whilst.role = \"{role}\", whilst.unroll = {k}" for role in
              ("forward", "gradient")}
     assert all(r in grad_k.text for r in roles.values()), "both loops unroll k steps"
     module = whilst.compile(
-        [whilst.export(sin_steps(1, bound), *specs, name="fwd_1"),
-         whilst.export(sin_steps(k, bound), *specs, name="fwd_k"),
+        [whilst.export(sin_steps(1, bound, clock), *specs, name="fwd_1"),
+         whilst.export(sin_steps(k, bound, clock), *specs, name="fwd_k"),
          whilst.export(grad(1), *specs, name="grad_1"), grad_k]).load()
     for n in range(0, 2 * k + 2):
         n = np.int32(n)
@@ -172,19 +178,24 @@ def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
         np.testing.assert_allclose(gw[lane], want_w, rtol=1e-5, atol=1e-6)
 
 
-def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step():
-    """The push/pop gradient of a tiny body: each emitted iteration of the forward
-    While reads back one scalar (the predicate) for its k steps, never one per
-    step: its pushed rows are scattered at the counter, which stays on the device
-    (written with a `dynamic_update_slice`, the chunk's row index was read back
-    too). The gradient While reads back nothing: IREE keeps the counter of a loop
-    tested `i < bound` on the host, and the pop position and the k step tests
-    follow from the counter and the bound (it read back two while its test was
-    `i < bound and True` and its pop position an operand of its own)."""
+@pytest.mark.parametrize("clock, loads", [("counter", (0, 0)), ("float", (1, 0))])
+def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step(clock, loads):
+    """The push/pop gradient of a tiny body reads back at most one scalar per
+    emitted iteration of k steps, never one per step:
+    - the forward While of a loop tested `t < n` on a float clock reads back its
+      test; its pushed rows are scattered at the counter, which stays on the
+      device (a `dynamic_update_slice` read the chunk's row index back too);
+    - that of a loop tested `i < n` on a counter stepped by 1 reads back nothing:
+      it is bounded by its trip count and tested `i < bound`, a counter IREE keeps
+      on the host (it read back the test and the row index);
+    - the gradient While reads back nothing: it is tested `i < bound` too, and its
+      pop position follows from the counter and the bound (it read back two while
+      its test was `i < bound and True` and its pop position an operand of its
+      own)."""
     from whilst.lowering import compile_to_stream, loop_counts, prepare
 
     x = np.ones(64, np.float32)
-    grad = jax.grad(lambda x, n: jnp.sum(sin_steps(None, 1000)(x, 0.9, n)[1]))
+    grad = jax.grad(lambda x, n: jnp.sum(sin_steps(None, 1000, clock)(x, 0.9, n)[1]))
     exported = whilst.export(grad, x, np.int32(5))
     ks = unroll_factors(exported.text)
     assert len(ks) == 2 and min(ks) >= 16, ks
@@ -192,27 +203,29 @@ def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step():
     assert len(loops) == 2, loops
     for (_, dispatches), k in zip(loops, ks):
         assert dispatches <= 3 * k, loops  # the steps' dispatches, no per-step copies
-    (forward_loads, _), (gradient_loads, _) = loops
-    assert (forward_loads, gradient_loads) == (1, 0), loops
+    assert tuple(n for n, _ in loops) == loads, loops
 
 
-def test_iree_unrolled_steps_fuse_into_few_dispatches():
-    """The k steps of an emitted iteration run unpredicated, so IREE fuses them: the
-    sin loop (k = 64) takes one readback (the loop test) and at most 2 dispatches
-    per emitted iteration (1 measured): with every step predicated on its own test
-    it took 23, and with the test vectorized over the k counters the steps
-    computed, instead of over `i + 1 + arange(k - 1)`, 10."""
+@pytest.mark.parametrize("step, loads", [(1, 0), (3, 1)])
+def test_iree_unrolled_steps_fuse_into_few_dispatches(step, loads):
+    """The k steps of an emitted iteration run unpredicated, so IREE fuses them:
+    the sin loop (k = 64) takes at most 2 dispatches per emitted iteration (1-2
+    measured), with no readback when its counter steps by 1 (the loop runs
+    `trips // k` full iterations and then its last steps), one (the loop test)
+    when it steps by 3. With every step predicated on its own test it took 23,
+    and with the test vectorized over the k counters the steps computed, instead
+    of over `i + 1 + 3 * arange(k - 1)`, 10."""
     from whilst.lowering import compile_to_stream, loop_counts, prepare
 
     def f(x, n):
         return whilst.while_loop(lambda i, x: i < n,
-                                 lambda i, x: (i + 1, jnp.sin(x) * 0.9 + 0.1),
+                                 lambda i, x: (i + step, jnp.sin(x) * 0.9 + 0.1),
                                  [jnp.int32(0), x])[1]
 
     exported = whilst.export(f, np.ones(64, np.float32), np.int32(5))
     assert unroll_factors(exported.text) == [64]
-    (loads, dispatches), = loop_counts(compile_to_stream(prepare([exported])))
-    assert loads <= 1 and dispatches <= 2, (loads, dispatches)
+    (n_loads, dispatches), = loop_counts(compile_to_stream(prepare([exported])))
+    assert n_loads == loads and dispatches <= 2, (n_loads, dispatches)
 
 
 INT32_MAX = 2 ** 31 - 1

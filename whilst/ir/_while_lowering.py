@@ -6,13 +6,29 @@ rather than carried, so stacks read by a gradient While are never loop-carried
 buffers.
 
 Each `stablehlo.while` iteration runs up to k loop steps (unrolling), which
-amortises IREE's per-iteration host cost (about 2 us). A loop whose test reads
-at most one scalar of the carry (`i < n`, `err > tol`) and that pops no residual
-rows runs its k steps **unpredicated**: a select between steps would keep IREE
-from fusing them (sin 10k steps: 23 dispatches per iteration, against 10). An
-iteration that runs past the loop's end is undone, and the steps left after the
-last full iteration run once after the loop, unpredicated too, keeping the carry
-after those that pass. As plain Python::
+amortises IREE's per-iteration host cost (about 2 us). Loops run their k steps
+**unpredicated** where they can: a select between steps would keep IREE from
+fusing them (sin 10k steps: 23 dispatches per iteration, against 10).
+
+A **counted** loop (its test is the trip count: gradient and linear Whiles, and
+loops tested `i < n` on a counter stepped by 1, which `_trip_count.py` bounds by
+their trip count) runs its full iterations and then its last steps; IREE 3.13
+keeps the counter of a loop tested `i < bound` on the host, so such a loop reads
+nothing back. As plain Python::
+
+    i = 0
+    while i < bound - (k - 1):              # the steps all run: they fuse
+        for s in range(k):
+            x = body(i + s, x)
+        i += k
+    xs = [x] + [x := body(i + s, x) for s in range(k)]  # fewer than k steps left
+    steps = bound - i
+    return bound, xs[steps]                 # a one-hot pick, bit for bit
+
+A loop whose test reads at most one scalar of the carry (`err > tol`) and that
+pops no residual rows runs on: an iteration that runs past the loop's end is
+undone, and the steps left after the last full iteration run once after the
+loop, unpredicated too, keeping the carry after those that pass::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:
@@ -31,13 +47,13 @@ after those that pass. As plain Python::
     return count + steps, xs[steps]         # a one-hot pick, bit for bit
 
 where `x_s` is the carry step `i + s` sees; the tests of `full` and of the last
-steps each run as one test vectorized over the steps (`_passes`). A loop that
-would pick among k + 1 scalars (a scalar carry other than a counter, whose
-value after s steps is computed instead) runs its last steps predicated, in
-fenced groups (EPILOGUE_GROUP_CARRIES), as the loops below run every step.
-Other loops (gradient and linear Whiles, whose test is the trip count; loops
-that pop rows; tests that read more of the carry, not yet measured in this
-form) predicate every step after the first::
+steps each run as one test vectorized over the steps (`_passes`). A loop of
+either form that would pick among k + 1 scalars (a scalar carry other than a
+counter, whose value after s steps is computed instead) runs its last steps
+predicated, in fenced groups (EPILOGUE_GROUP_CARRIES); a counted one predicates
+every step, as the loops below do. Other loops (loops that pop rows and are not
+counted; tests that read more of the carry, not yet measured unpredicated)
+predicate every step after the first::
 
     i, count, go = 0, 0, 0 < bound and cond(0, x)
     while go:
@@ -51,16 +67,16 @@ form) predicate every step after the first::
         go = steps == k and i < bound and cond(i, x)
     return count, x
 
-Either way the counter, the carry and the gradients are those of k = 1 for
-every trip count, and the index a step sees is `i + s`, computed from the
+Every form gives the counter, the carry and the gradients of k = 1 for every
+trip count, and the index a step sees is `i + s`, computed from the
 carried `i` without reading anything back from the device. k comes from
 `unroll_factor`; an exported body's reads and writes of small arrays at
 computed positions become one-hot selects first (`_onehot.py`), so that such
 bodies unroll too. (`count` is carried, and read by the body, rather than
 recomputed after the loop: iree-compile 3.13 crashes (ScfWhileOpConversion)
 when a result the body overwrites without reading is used after the loop. A
-loop bounded only by its trip count needs neither `count` nor `go`: its test
-is `i < bound` in the cond region and its counter min(i, bound).)
+counted loop needs neither `count` nor `go`: its test is on i and the bound,
+in the cond region, and its counter min(i, bound) or the bound.)
 
 Residual stacks (`whilst.ir._stacks`) move k rows per iteration: the rows the
 k steps push are concatenated into one `[k, *row]` chunk written at
@@ -102,7 +118,8 @@ from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing, pick, selectable
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
-from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._tracing import COUNTER_AVAL, always_true, call, trace_closed
+from whilst.ir._trip_count import counter_trips, integer_strides
 from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
@@ -173,10 +190,14 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         return mlir.ir_constant(np.int32(value))
 
     counted = _always_true(cond_jaxpr)
+    trips = None if counted or pops else counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr,
+                                                         len(consts))
+    if trips is not None:  # `i < n` on a stepped counter: bounded by its trip count
+        (steps_to_go,) = _subcomp(ctx, trips, name_stack.extend("trips"), *cond_consts, *carry)
+        bound, counted = hlo.minimum(bound, steps_to_go), True
 
     def predicate(i, xs):
-        in_bound = hlo.compare(i, bound, hlo.ComparisonDirectionAttr.get("LT"),
-                               compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+        in_bound = _less(i, bound)
         if counted:
             return in_bound
         (pred,) = _subcomp(ctx, cond_jaxpr, name_stack.extend("cond"), *cond_consts, i, *xs)
@@ -227,9 +248,12 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     def read_popped(i):
         """The k rows of each popped stack that steps i .. i + k - 1 pop
-        (bound - 1 + pop_pad - i - s), at a position computed from the bound."""
-        start = (hlo.add(hlo.subtract(bound, hlo.add(i, const(k - 1))), const(pop_pad - 1))
-                 if pops else None)
+        (bound - 1 + pop_pad - i - s), at a position computed from the loop's
+        bound (`loop_bound`: IREE 3.13 reads other values back every iteration)."""
+        if not pops:
+            return []
+        start = (hlo.add(hlo.subtract(loop_bound, i), const(pop_pad - 1)) if exact else
+                 hlo.add(hlo.subtract(bound, hlo.add(i, const(k - 1))), const(pop_pad - 1)))
         return [_read_rows(ctx, p, a, start, k) for p, a in zip(popped, pop_avals)]
 
     def write_pushed(stacks, pushed, i, guard=None):
@@ -250,22 +274,25 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
     # row indices stay host-computable) and `count` counts the steps taken. A loop
-    # bounded only by its trip count (cond always true: gradient and linear Whiles)
-    # needs neither: its test is on i and the bound, in the cond region.
-    # Unpredicated steps (see the module docstring). Counted loops keep the predicated
-    # form: unpredicated, IREE 3.13 failed to compile a module of several checkpointed
-    # gradients ("failed to solve for timepoint coverage", tests/test_iree_corpus.py).
+    # bounded only by its trip count (cond always true: gradient and linear Whiles,
+    # or a counter test turned into the bound) needs neither: its test is on i and
+    # the bound, in the cond region.
+    strides = integer_strides(body_jaxpr, len(consts) + pops)
+    # Picking among k + 1 scalars makes IREE 3.13 fuse them all into one dispatch,
+    # past its runtime's 32 bindings: such loops run their last steps predicated.
+    picks_scalars = any(d is None and not a.shape for d, a in zip(strides, carry_avals))
+    # Unpredicated steps (see the module docstring): a counted loop runs its full
+    # iterations (test `i < bound - (k - 1)`) and then its last steps; other loops
+    # whose test reads one scalar run on and undo the iteration that ran past the end.
+    exact = k > 1 and counted and not picks_scalars
     speculative = k > 1 and not counted and not pops and _tests_one_scalar(cond_jaxpr,
                                                                             cond_nconsts)
     if speculative:
-        strides = _integer_strides(body_jaxpr, len(consts) + pops)
         all_pass = _all_pass(cond_jaxpr, cond_nconsts, k, strides)
-        # Picking among k + 1 scalars makes IREE 3.13 fuse them all into one
-        # dispatch, past its runtime's 32 bindings: such loops run their last
-        # steps predicated, fenced in groups.
-        picks_scalars = any(d is None and not a.shape for d, a in zip(strides, carry_avals))
-        if not picks_scalars:
-            last_steps = _last_steps(cond_jaxpr, cond_nconsts, k, strides)
+    if exact or (speculative and not picks_scalars):
+        last_steps = _last_steps(always_true(cond_jaxpr.in_avals) if exact else cond_jaxpr,
+                                 cond_nconsts, k, strides)
+    loop_bound = hlo.subtract(bound, const(k - 1)) if exact else bound
     rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
     count_carried = k > 1 and not counted
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
@@ -291,6 +318,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     with ir.InsertionPoint(cond_block):
         i, *xs = cond_block.arguments
         hlo.return_([_from_storage(ctx, xs[:1], [pred_aval], storage)[0] if rotated
+                     else _less(i, loop_bound) if exact
                      else predicate(i, _from_storage(ctx, xs[:ncarry], carry_avals, storage))])
 
     body_block = while_op.regions[1].blocks.append(*loop_types)
@@ -298,7 +326,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         i, *xs = body_block.arguments
         xs, stacks = split_list(xs[len(extra_types):], [ncarry])
         xs = old_xs = _from_storage(ctx, xs, carry_avals, storage)
-        xs, pushed, taken, seen = steps(i, xs, read_popped(i), k if speculative else 1)
+        xs, pushed, taken, seen = steps(i, xs, read_popped(i),
+                                        k if speculative or exact else 1)
         if speculative:
             all_active, = _subcomp(ctx, all_pass, name_stack.extend("cond"), *cond_consts, i,
                                    bound, *(x for xs_s in seen[1:k] for x in xs_s))
@@ -334,13 +363,13 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     results = _from_storage(ctx, results, carry_avals, storage)
     if count_carried:
         i = while_op.results[len(extra_types)]
-    if speculative:
-        # The steps after the last full iteration (fewer than k; such loops pop no
-        # rows): predicated, or unpredicated and then the carry after those that pass.
+    if speculative or exact:
+        # The steps after the last full iteration (fewer than k): predicated, or
+        # unpredicated and then the carry after those that pass.
         if picks_scalars:
             results, pushed, taken, _ = steps(i, results, [], 0, fenced=True)
         else:
-            _, pushed, _, seen = steps(i, results, [], k)
+            _, pushed, _, seen = steps(i, results, read_popped(i), k)
             taken, *results = _subcomp(ctx, last_steps, name_stack.extend("cond"),
                                        *cond_consts, i, bound,
                                        *(x for xs_s in seen for x in xs_s))
@@ -396,7 +425,7 @@ def _passes(cond_jaxpr, consts, strides, i, bound, first, m, flat):
     the carries `flat = [*xs_first, ..., *xs_(first+m-1)]`. The test runs once,
     vectorized over the m steps (`jax.vmap`): one test per step costs IREE 3.13 a
     dozen small dispatches per emitted iteration. A read carry with an integer
-    stride d (`_integer_strides`) is tested at `xs_first + d * [0, ..., m - 1]`
+    stride d (`integer_strides`) is tested at `xs_first + d * [0, ..., m - 1]`
     (in its dtype's wrapping arithmetic, as the steps compute it), not at the m
     scalars the steps computed: IREE 3.13 gives stacking those scalars several
     dispatches per emitted iteration (sin 10k steps: 10 dispatches per emitted
@@ -551,6 +580,12 @@ def _scatter_rows(ctx, stack, stack_aval, rows, at):
     return stack
 
 
+def _less(a, b):
+    """`a < b` for int32 scalars."""
+    return hlo.compare(a, b, hlo.ComparisonDirectionAttr.get("LT"),
+                       compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+
+
 def _broadcast(pred, like_type):
     """A scalar i1 broadcast to `like_type`'s shape: an elementwise select fuses into
     the step's dispatch, where IREE turns a scalar-predicate select of tensors into
@@ -585,25 +620,6 @@ def _tests_one_scalar(cond_jaxpr, cond_nconsts) -> bool:
     read = [a for a, r in zip(cond_jaxpr.in_avals[cond_nconsts + 1:],
                               _carries_read(cond_jaxpr, cond_nconsts)) if r]
     return len(read) <= 1 and all(a.shape == () for a in read)
-
-
-def _integer_strides(body_jaxpr, n_inputs_before_counter) -> list[int | None]:
-    """For each carry, d where the body's new value of an integer carry x is
-    `x + d`, `d + x` or `x - (-d)` for a literal d (`i + 1`), else None."""
-    jaxpr = body_jaxpr.jaxpr
-    carries = jaxpr.invars[n_inputs_before_counter + 1:]
-    producers = {id(v): e for e in jaxpr.eqns for v in e.outvars}
-    strides = []
-    for x, out in zip(carries, jaxpr.outvars):
-        e, d = producers.get(id(out)), None
-        if e is not None and jnp.issubdtype(x.aval.dtype, jnp.integer):
-            a, b = e.invars if len(e.invars) == 2 else (None, None)
-            if e.primitive.name == "add" and b is x and isinstance(a, Literal):
-                a, b = b, a
-            if e.primitive.name in ("add", "sub") and a is x and isinstance(b, Literal):
-                d = int(b.val) * (1 if e.primitive.name == "add" else -1)
-        strides.append(d)
-    return strides
 
 
 def _multiples(d: int, m: int, dtype) -> np.ndarray:
