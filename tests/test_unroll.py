@@ -244,27 +244,34 @@ COUNTERS = [
 ]
 
 
-def test_iree_counter_strides_run_every_trip_count():
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_iree_counter_strides_run_every_trip_count(shape):
     """Loops whose test reads a counter stepped by a literal (`i + 3`, `1 + i`,
     `i - 1`, int32 wrapping past its maximum as in JAX, uint8) at their automatic
-    unroll (64) on IREE, for 0 .. 2k + 1 trips, against Python integers."""
+    unroll (64) on IREE, for 0 .. 2k + 1 trips, against Python integers. Those
+    stepped by 1 towards their limit are counted (`_trip_count.py`), the others
+    run on past their end; with a vector carry both run unpredicated and pick
+    the last steps' carry, with a scalar one (a pick among 65 scalars) they run
+    their last steps predicated."""
     exports = []
     for name, cond, step, _, _, dtype in COUNTERS:
         def f(i0, n, x, cond=cond, step=step):
             return whilst.while_loop(lambda i, c, x: cond(i, n),
                                      lambda i, c, x: (step(i), c + 1, x + 1.5),
                                      [i0, jnp.int32(0), x])
-        exports.append(whilst.export(f, dtype(0), dtype(0), np.float32(0), name=name))
+        exports.append(whilst.export(f, dtype(0), dtype(0), np.zeros(shape, np.float32),
+                                     name=name))
     assert [unroll_factors(e.text) for e in exports] == [[64]] * len(COUNTERS)
     module = whilst.compile(exports).load()
+    x0 = np.full(shape, 0.25, np.float32)
     for name, _, _, stride, start, dtype in COUNTERS:
         bits = np.iinfo(dtype).bits
         for n in range(0, 2 * 64 + 2):
             i0, trips = start(n)
-            i, count, x = getattr(module, name)(dtype(i0), dtype(n), np.float32(0.25))
+            i, count, x = getattr(module, name)(dtype(i0), dtype(n), x0)
             want_i = np.array((i0 + stride * trips) % 2 ** bits, np.uint64).astype(dtype)
             assert (int(count), i) == (trips, want_i), (name, n, count, i)
-            assert x == np.float32(0.25 + 1.5 * trips), (name, n, x)
+            np.testing.assert_array_equal(x, np.float32(0.25 + 1.5 * trips), err_msg=name)
 
 
 def test_iree_scalar_loop_at_default_unroll_runs_every_trip_count():
