@@ -66,7 +66,7 @@ def recording_cg(n):
 def point_gather_after_dot():
     """The gradient of conjugate gradient (as in samples/cg.py, n = 64) that records
     `rr / bb` per step at a computed position (`h.at[k + 1].set(...)`), without the
-    preparation that reads one-element gathers with `dynamic_slice`
+    preparation that fences one-element gathers off their users
     (`whilst/lowering/_iree_fusion.py`, skipped here). The gradient While reads
     `h_bar[k + 1]` (a gather, `tensor.extract` in IREE) and adds it to a dot product
     of the same step; with aggressive fusion IREE puts both into one dispatch whose
@@ -74,7 +74,7 @@ def point_gather_after_dot():
     {true_value, false_value, result} have same type": the extracted element is
     vectorized as `vector<f32>`, the select's 0.0 stays `f32`)."""
     from whilst.lowering import _iree_fusion
-    _iree_fusion.point_gathers_as_slices = lambda module: None
+    _iree_fusion.fenced_point_gathers = lambda module: None
     loss, A, b = recording_cg(64)
     return jax.grad(loss, argnums=(0, 1)), (A, b)
 

@@ -110,7 +110,8 @@ def _distance(lo, hi):
     """`hi - lo` if `lo < hi` else 0, as int32 (at most its maximum), exact for any
     integer dtype: the difference is taken in the unsigned type of the same width."""
     unsigned = np.dtype(f"uint{np.dtype(lo.dtype).itemsize * 8}")
-    d = lax.bitcast_convert_type(hi, unsigned) - lax.bitcast_convert_type(lo, unsigned)
+    d = lax.sub(lax.bitcast_convert_type(hi, unsigned), lax.bitcast_convert_type(lo, unsigned))
     if unsigned.itemsize >= 4:
-        d = jnp.minimum(d, np.asarray(_INT32_MAX, unsigned))
-    return jnp.where(lo < hi, d.astype(np.int32), np.int32(0))
+        d = lax.min(d, lax.full((), _INT32_MAX, unsigned))
+    return lax.select(lax.lt(lo, hi), lax.convert_element_type(d, np.int32),
+                      lax.full((), 0, np.int32))

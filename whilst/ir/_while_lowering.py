@@ -455,7 +455,7 @@ def _pick_step(column, steps, stride):
         for s, x in enumerate(column[1:], 1):
             chosen = jnp.where(steps == s, x, chosen)
         return chosen
-    stacked = jnp.stack(column)
+    stacked = lax.optimization_barrier(jnp.stack(column))
     return pick(stacked, lax.broadcasted_iota(np.int32, stacked.shape, 0) == steps, 0)[0]
 
 
