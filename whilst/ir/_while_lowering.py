@@ -112,6 +112,7 @@ from jax.interpreters import mlir, partial_eval as pe
 
 from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
+from whilst.ir._device_indexing import device_indexing
 from whilst.ir._export_forms import export_forms
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
@@ -494,11 +495,13 @@ def exported_loop_forms(cond_jaxpr, body_jaxpr, unroll):
     with their `lax.scan`s unrolled (`unrolled_scans`), in the forms IREE 3.13
     compiles and runs as XLA does (`export_forms`), and k = `unroll_factor`; those
     that run k > 1 steps read and write small arrays at computed positions by
-    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled."""
+    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled, and those
+    that run one step read and write rows there by gathers and scatters
+    (`_device_indexing.py`), which IREE 3.13 indexes without a readback."""
     cond_jaxpr, body_jaxpr = (export_forms(unrolled_scans(j)) for j in (cond_jaxpr, body_jaxpr))
     k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
     if k == 1:
-        return cond_jaxpr, body_jaxpr, 1
+        return device_indexing(cond_jaxpr), device_indexing(body_jaxpr), 1
     return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr), k
 
 

@@ -1,0 +1,98 @@
+"""Row reads and writes at positions the device computes, in forms IREE 3.13
+indexes on the device.
+
+IREE 3.13 turns `dynamic_slice` and `dynamic_update_slice` into copies at an
+offset the host computes: in a loop body whose positions come from the carry
+(`xs[t]`, `ys.at[k].set(row)` as exported, the rows a gradient reads back from
+its residuals) it reads the position back to the host every step. Gathers and
+scatters of rows index on the device, in place. `device_indexing(jaxpr)`
+rewrites the row forms (a window of whole rows, at a position computed from
+the body's inputs)::
+
+    dynamic_slice(x, i, 0, .., sizes=(m, *x.shape[1:]))
+        == gather(x, [[j] for j in clip(i) + arange(m)])     # rows j
+    dynamic_update_slice(x, u, i, 0, ..)                     # u: m rows
+        == scatter(x, [[j] for j in clip(i) + arange(m)], u)
+
+with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position. A
+read of one element of a vector is a gather of one element, which
+`whilst.lowering._iree_fusion` fences off its users. Only loop bodies that run
+one step per iteration get these forms (`exported_loop_forms`; unrolled bodies
+index small arrays by one-hot selects), and only their own equations: the
+positions of a `lax.scan` inside count on the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax import lax
+from jax.extend.core import ClosedJaxpr, Literal
+
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._index_bounds import clip_index
+from whilst.ir._rewrite import rewrite_equations
+
+Mode = lax.GatherScatterMode
+
+
+def device_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
+    """`jaxpr` with its row reads and writes at computed positions in the forms
+    of the module docstring; the same object when it has none."""
+    constant = _constants(jaxpr.jaxpr)
+    return rewrite_equations(jaxpr, lambda eqn: _rule(eqn, constant), "device_indexing")
+
+
+def _constants(jaxpr) -> set[int]:
+    """`id`s of the variables of `jaxpr` computed from literals and constants
+    alone (positions the compiler folds)."""
+    constant = {id(v) for v in jaxpr.constvars}
+    for eqn in jaxpr.eqns:
+        if all(isinstance(v, Literal) or id(v) in constant for v in eqn.invars):
+            constant.update(id(v) for v in eqn.outvars)
+    return constant
+
+
+def _rule(eqn, constant):
+    name = eqn.primitive.name
+    if name == "dynamic_slice":
+        operand, start = eqn.invars[0].aval, eqn.invars[1]
+        window = eqn.params["slice_sizes"]
+    elif name == "dynamic_update_slice":
+        operand, start = eqn.invars[0].aval, eqn.invars[2]
+        window = eqn.invars[1].aval.shape
+    else:
+        return None
+    if (operand.ndim == 0 or isinstance(start, Literal) or id(start) in constant
+            or not is_constant_shape(operand.shape)
+            or tuple(window[1:]) != tuple(operand.shape[1:])):
+        return None
+    return _row_gather if name == "dynamic_slice" else _row_scatter
+
+
+def _rows(x, start, m):
+    """`[[j] for j in clip(start) + arange(m)]`, int32."""
+    first = clip_index(start, x.shape[0] - m)
+    return lax.add(lax.broadcast_in_dim(first, (m, 1), ()),
+                   lax.broadcasted_iota(np.int32, (m, 1), 0))
+
+
+def _row_gather(x, start, *_, slice_sizes):
+    m = slice_sizes[0]
+    if x.ndim == 1 and m == 1:  # one element: the point gather preparation fences
+        dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+                                          start_index_map=(0,))
+        point = lax.gather(x, lax.reshape(clip_index(start, x.shape[0] - 1), (1,)), dims,
+                           (1,), mode=Mode.PROMISE_IN_BOUNDS)
+        return lax.reshape(point, (1,))
+    dims = lax.GatherDimensionNumbers(offset_dims=tuple(range(1, x.ndim)),
+                                      collapsed_slice_dims=(0,), start_index_map=(0,))
+    return lax.gather(x, _rows(x, start, m), dims, (1, *x.shape[1:]),
+                      indices_are_sorted=True, mode=Mode.PROMISE_IN_BOUNDS)
+
+
+def _row_scatter(x, update, start, *_):
+    dims = lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, x.ndim)),
+                                      inserted_window_dims=(0,),
+                                      scatter_dims_to_operand_dims=(0,))
+    return lax.scatter(x, _rows(x, start, update.shape[0]), update, dims,
+                       indices_are_sorted=True, unique_indices=True,
+                       mode=Mode.PROMISE_IN_BOUNDS)
