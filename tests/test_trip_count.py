@@ -110,3 +110,23 @@ def test_other_tests_keep_their_loop_test(cond, step):
     jaxpr = jax.make_jaxpr(f)(np.int32(0), np.int32(3), np.float32(0)).eqns[0].params
     assert counter_trips(jaxpr["cond_jaxpr"], jaxpr["cond_nconsts"], jaxpr["body_jaxpr"],
                          jaxpr["body_nconsts"]) is None
+
+
+def test_a_traced_negative_bound_runs_no_step_on_iree():
+    """A traced maximum_iterations may be negative, as far down as int32's minimum:
+    the counted loop (k = 64, full iterations tested `i < bound - 63`) takes no
+    step, where the bound's arithmetic could wrap."""
+    def f(x, n, m):
+        return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 0.5 + 1.0),
+                                 [0, x], maximum_iterations=m)
+
+    x = np.ones(4, np.float32)
+    module = whilst.compile(f, x, np.int32(0), np.int32(0)).load()
+    for n, m in [(10, -1), (10, -63), (10, I32.min), (10, I32.min + 5), (100, 70), (5, 70)]:
+        i, y = module.main(x, np.int32(n), np.int32(m))
+        steps = max(0, min(n, m))
+        want = x
+        for _ in range(steps):
+            want = want * np.float32(0.5) + np.float32(1.0)
+        assert int(i) == steps, (n, m, i)
+        np.testing.assert_array_equal(y, want)

@@ -14,7 +14,10 @@ the body's inputs)::
     dynamic_update_slice(x, u, i, 0, ..)                     # u: m rows
         == scatter(x, [[j] for j in clip(i) + arange(m)], u)
 
-with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position. A
+with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position.
+Arrays of unsigned integers keep the slices (PRNG key data, as checkpoints
+keep it): iree-compile 3.13 fails on their scatters
+(`bench/iree_limits/unsigned_scatter.mlir`). A
 read of one element of a vector is a gather of one element, which
 `whilst.lowering._iree_fusion` fences off its users. Only loop bodies that run
 one step per iteration get these forms (`exported_loop_forms`; unrolled bodies
@@ -62,6 +65,7 @@ def _rule(eqn, constant):
     else:
         return None
     if (operand.ndim == 0 or isinstance(start, Literal) or id(start) in constant
+            or np.issubdtype(operand.dtype, np.unsignedinteger)
             or not is_constant_shape(operand.shape)
             or tuple(window[1:]) != tuple(operand.shape[1:])):
         return None

@@ -261,13 +261,16 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         """`stacks` with the rows of steps i .. i + k - 1 written; with `guard`, the
         rows are written only where `guard` holds (else the rows there are kept).
         Within the loop of a loop with a test of its own, IREE 3.13 keeps `i` on the
-        device: its rows are scattered (`_scatter_rows`)."""
+        device: its rows are scattered (`_scatter_rows`; not rows of unsigned
+        integers, whose scatters iree-compile 3.13 fails on,
+        `bench/iree_limits/unsigned_scatter.mlir`)."""
         at = hlo.add(i, const(row_offset))
         out = []
         for st, a, rs in zip(stacks, stack_avals, pushed):
             stored = _stored(a, storage)
             rows = _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs), storage)
-            if guard is None and not counted and not has_symbolic_rows(stored.shape):
+            if (guard is None and not counted and not has_symbolic_rows(stored.shape)
+                    and not np.issubdtype(stored.dtype, np.unsignedinteger)):
                 out.append(_scatter_rows(ctx, st, stored, rows, at))
             else:
                 out.append(_write_rows(ctx, st, stored, rows, at, guard))
@@ -293,7 +296,9 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     if exact or (speculative and not picks_scalars):
         last_steps = _last_steps(always_true(cond_jaxpr.in_avals) if exact else cond_jaxpr,
                                  cond_nconsts, k, strides)
-    loop_bound = hlo.subtract(bound, const(k - 1)) if exact else bound
+    # (a traced maximum_iterations may be negative: no step runs, nothing wraps)
+    loop_bound = (hlo.subtract(hlo.maximum(bound, const(0)), const(k - 1)) if exact
+                  else bound)
     rotated = not counted and (k > 1 or _reads_carry(cond_jaxpr, cond_nconsts))
     count_carried = k > 1 and not counted
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
