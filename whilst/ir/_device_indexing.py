@@ -14,15 +14,18 @@ the body's inputs)::
     dynamic_update_slice(x, u, i, 0, ..)                     # u: m rows
         == scatter(x, [[j] for j in clip(i) + arange(m)], u)
 
-with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position.
-Arrays of unsigned integers keep the slices (PRNG key data, as checkpoints
-keep it): iree-compile 3.13 fails on their scatters
-(`bench/iree_limits/unsigned_scatter.mlir`). A
-read of one element of a vector is a gather of one element, which
-`whilst.lowering._iree_fusion` fences off its users. Only loop bodies that run
-one step per iteration get these forms (`exported_loop_forms`; unrolled bodies
-index small arrays by one-hot selects), and only their own equations: the
-positions of a `lax.scan` inside count on the host.
+with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position. A read
+of one element of a vector is a gather of one element, which
+`whilst.lowering._iree_fusion` fences off its users. Arrays of unsigned
+integers keep the slices (PRNG key data, as checkpoints keep it): iree-compile
+3.13 fails on their scatters (`bench/iree_limits/unsigned_scatter.mlir`).
+
+Only loop bodies that run one step per iteration get these forms
+(`exported_loop_forms`; unrolled bodies index small arrays by one-hot
+selects), and only their own equations: the positions of a `lax.scan` inside
+count on the host. Positions computed from literals and constants alone keep
+the slices too: IREE folds them (the CG sample's gradient took 7 more
+dispatches per step as scatters).
 """
 from __future__ import annotations
 
@@ -69,7 +72,9 @@ def _rule(eqn, constant):
             or not is_constant_shape(operand.shape)
             or tuple(window[1:]) != tuple(operand.shape[1:])):
         return None
-    return _row_gather if name == "dynamic_slice" else _row_scatter
+    if name == "dynamic_slice":
+        return lambda x, start, *_, slice_sizes: gather_rows(x, start, slice_sizes[0])
+    return lambda x, update, start, *_: scatter_rows(x, update, start)
 
 
 def _rows(x, start, m):
@@ -79,9 +84,10 @@ def _rows(x, start, m):
                    lax.broadcasted_iota(np.int32, (m, 1), 0))
 
 
-def _row_gather(x, start, *_, slice_sizes):
-    m = slice_sizes[0]
-    if x.ndim == 1 and m == 1:  # one element: the point gather preparation fences
+def gather_rows(x, start, m):
+    """`x[clip(start):clip(start) + m]`, a gather of rows (one element of a vector:
+    a point gather)."""
+    if x.ndim == 1 and m == 1:
         dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
                                           start_index_map=(0,))
         point = lax.gather(x, lax.reshape(clip_index(start, x.shape[0] - 1), (1,)), dims,
@@ -93,7 +99,8 @@ def _row_gather(x, start, *_, slice_sizes):
                       indices_are_sorted=True, mode=Mode.PROMISE_IN_BOUNDS)
 
 
-def _row_scatter(x, update, start, *_):
+def scatter_rows(x, update, start):
+    """`x` with `x[clip(start):clip(start) + len(update)] = update`, a scatter of rows."""
     dims = lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, x.ndim)),
                                       inserted_window_dims=(0,),
                                       scatter_dims_to_operand_dims=(0,))

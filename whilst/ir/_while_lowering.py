@@ -112,7 +112,7 @@ from jax.interpreters import mlir, partial_eval as pe
 
 from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
-from whilst.ir._device_indexing import device_indexing
+from whilst.ir._device_indexing import device_indexing, scatter_rows
 from whilst.ir._export_forms import export_forms
 from whilst.ir._buffers import uninitialized_value
 from whilst.ir._functional_while import functional_while_p, split_operands
@@ -563,28 +563,18 @@ def _write_rows(ctx, stack, stack_aval, rows, at, guard=None):
 
 
 def _scatter_rows(ctx, stack, stack_aval, rows, at):
-    """`stack[at:at + len(rows)] = rows` (in bounds) as one scatter of single rows:
-    IREE 3.13 runs it as a dispatch that reads `at` on the device, where it turns a
-    `dynamic_update_slice` (or a scatter of one window) into a copy at an offset
-    read back to the host, one readback per emitted iteration
-    (tests/test_unroll.py counts them)."""
+    """`stack[at:at + len(rows)] = rows` (in bounds) as one scatter of single rows
+    (`_device_indexing.scatter_rows`): IREE 3.13 runs it as a dispatch that reads
+    `at` on the device, where it turns a `dynamic_update_slice` (or a scatter of
+    one window) into a copy at an offset read back to the host, one readback per
+    emitted iteration (tests/test_unroll.py counts them)."""
     chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     rows = [reshape(ctx, r, one_aval) for r in rows]
     chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
-
-    def scatter(stack, at, chunk):
-        dims = lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, stack.ndim)),
-                                          inserted_window_dims=(0,),
-                                          scatter_dims_to_operand_dims=(0,))
-        indices = (at + np.arange(len(chunk), dtype=np.int32))[:, None]
-        return lax.scatter(stack, indices, chunk, dims, indices_are_sorted=True,
-                           unique_indices=True,
-                           mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
-
-    rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL, chunk_aval],
+    rows_ctx = ctx.replace(avals_in=[stack_aval, chunk_aval, COUNTER_AVAL],
                            avals_out=[stack_aval])
-    (stack,) = mlir.lower_fun(scatter, multiple_results=False)(rows_ctx, stack, at, chunk)
+    (stack,) = mlir.lower_fun(scatter_rows, multiple_results=False)(rows_ctx, stack, chunk, at)
     return stack
 
 
