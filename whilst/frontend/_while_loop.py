@@ -110,14 +110,13 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                                                    leaves_with_paths)
 
     keys = KeyLeaves(leaves)
-    paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
 
     def flat_body(i, *raw):
         del i
         xs = keys.wrap(raw)
         out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
-        return keys.raw_outputs(
-            _conform_body_output(out, loop_vars, leaves_with_paths, xs, invariants), paths)
+        return keys.raw(_conform_body_output(out, loop_vars, leaves_with_paths, xs,
+                                             invariants))  # keys checked there
 
     def flat_cond(i, *raw):
         del i

@@ -73,7 +73,7 @@ def _rule(eqn, constant):
             or tuple(window[1:]) != tuple(operand.shape[1:])):
         return None
     if name == "dynamic_slice":
-        return lambda x, start, *_, slice_sizes: gather_rows(x, start, slice_sizes[0])
+        return lambda x, start, *_, slice_sizes: _gather_rows(x, start, slice_sizes[0])
     return lambda x, update, start, *_: scatter_rows(x, update, start)
 
 
@@ -84,7 +84,7 @@ def _rows(x, start, m):
                    lax.broadcasted_iota(np.int32, (m, 1), 0))
 
 
-def gather_rows(x, start, m):
+def _gather_rows(x, start, m):
     """`x[clip(start):clip(start) + m]`, a gather of rows (one element of a vector:
     a point gather)."""
     if x.ndim == 1 and m == 1:

@@ -16,8 +16,9 @@ row `pop_pad` at the last step the bound allows)::
     return (i, *carry, *stacks)
 
 Because the loop, not its body, does the indexing, the lowering can unroll k
-steps and move k rows at once: one `dynamic_update_slice` of a k-row chunk per
-emitted iteration for pushes, one `dynamic_slice` of a k-row chunk for pops
+steps and move k rows at once: one write of a k-row chunk per emitted iteration
+for pushes (a `dynamic_update_slice`, or a scatter where IREE keeps the counter
+on the device), one `dynamic_slice` of a k-row chunk for pops
 (rows `bound - 1 + pop_pad - i - (k-1) ..`, so `pop_pad >= k - 1` rows must lie
 below the row of the last step). The pop position follows from the bound, not
 from an operand of its own, so that IREE, which reads the bound of a counted

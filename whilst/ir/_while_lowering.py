@@ -261,7 +261,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         """`stacks` with the rows of steps i .. i + k - 1 written; with `guard`, the
         rows are written only where `guard` holds (else the rows there are kept).
         Within the loop of a loop with a test of its own, IREE 3.13 keeps `i` on the
-        device: its rows are scattered (`_scatter_rows`; not rows of unsigned
+        device: its rows are scattered (`_write_rows`; not rows of unsigned
         integers, whose scatters iree-compile 3.13 fails on,
         `bench/iree_limits/unsigned_scatter.mlir`)."""
         at = hlo.add(i, const(row_offset))
@@ -269,11 +269,9 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         for st, a, rs in zip(stacks, stack_avals, pushed):
             stored = _stored(a, storage)
             rows = _to_storage(ctx, rs, [a.update(shape=a.shape[1:])] * len(rs), storage)
-            if (guard is None and not counted and not has_symbolic_rows(stored.shape)
-                    and not np.issubdtype(stored.dtype, np.unsignedinteger)):
-                out.append(_scatter_rows(ctx, st, stored, rows, at))
-            else:
-                out.append(_write_rows(ctx, st, stored, rows, at, guard))
+            scatter = (guard is None and not counted
+                       and not np.issubdtype(stored.dtype, np.unsignedinteger))
+            out.append(_write_rows(ctx, st, stored, rows, at, guard, scatter))
         return out
 
     # Carried: (i, [pred, count], *carry, *stacks). With k > 1, i advances by k (so
@@ -535,10 +533,15 @@ def _read_rows(ctx, stack, stack_aval, start, k):
             for s in range(k)]
 
 
-def _write_rows(ctx, stack, stack_aval, rows, at, guard=None):
+def _write_rows(ctx, stack, stack_aval, rows, at, guard=None, scatter=False):
     """`stack[at:at + len(rows)] = rows`: one `dynamic_update_slice`, or one scatter
     per row for rows of symbolic shape; with `guard`, the rows there are kept where
-    `guard` is false (one select of the whole chunk)."""
+    `guard` is false (one select of the whole chunk). With `scatter` (and rows of
+    static shape, in bounds), one scatter of single rows
+    (`_device_indexing.scatter_rows`): IREE 3.13 runs it as a dispatch that reads
+    `at` on the device, where it turns a `dynamic_update_slice` (or a scatter of
+    one window) into a copy at an offset read back to the host, one readback per
+    emitted iteration (tests/test_unroll.py counts them)."""
     row_aval = stack_aval.update(shape=stack_aval.shape[1:])
     if has_symbolic_rows(stack_aval.shape):
         if guard is not None:
@@ -551,31 +554,20 @@ def _write_rows(ctx, stack, stack_aval, rows, at, guard=None):
             (stack,) = write(rows_ctx, stack, hlo.add(at, mlir.ir_constant(np.int32(s))), r)
         return stack
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
+    chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
     rows = [reshape(ctx, r, one_aval) for r in rows]
     chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
     if guard is not None:
-        chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
         old = dynamic_slice(ctx, chunk_aval, stack,
                             start_indices=_row_start(ctx, at, stack_aval.ndim))
         chunk = hlo.select(_broadcast(guard, chunk.type), chunk, old)
+    if scatter:
+        rows_ctx = ctx.replace(avals_in=[stack_aval, chunk_aval, COUNTER_AVAL],
+                               avals_out=[stack_aval])
+        return mlir.lower_fun(scatter_rows, multiple_results=False)(
+            rows_ctx, stack, chunk, at)[0]
     return dynamic_update_slice(ctx, stack_aval, stack, chunk,
                                 start_indices=_row_start(ctx, at, stack_aval.ndim))
-
-
-def _scatter_rows(ctx, stack, stack_aval, rows, at):
-    """`stack[at:at + len(rows)] = rows` (in bounds) as one scatter of single rows
-    (`_device_indexing.scatter_rows`): IREE 3.13 runs it as a dispatch that reads
-    `at` on the device, where it turns a `dynamic_update_slice` (or a scatter of
-    one window) into a copy at an offset read back to the host, one readback per
-    emitted iteration (tests/test_unroll.py counts them)."""
-    chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))
-    one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
-    rows = [reshape(ctx, r, one_aval) for r in rows]
-    chunk = rows[0] if len(rows) == 1 else hlo.concatenate(rows, 0)
-    rows_ctx = ctx.replace(avals_in=[stack_aval, chunk_aval, COUNTER_AVAL],
-                           avals_out=[stack_aval])
-    (stack,) = mlir.lower_fun(scatter_rows, multiple_results=False)(rows_ctx, stack, chunk, at)
-    return stack
 
 
 def _less(a, b):
