@@ -110,10 +110,29 @@ def test_one_accumulator_per_constant_across_the_switch():
     """The head's gradient While continues the tail's constant cotangents: no second
     accumulator summed after the loops (jax.grad with respect to w only)."""
     grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
+    jaxpr = jax.make_jaxpr(grad)(W).jaxpr
+    assert [e.params["role"] for e in iter_loops(jaxpr)].count("gradient") == 2
+    assert not [e for e in jaxpr.eqns if e.primitive.name == "add_any"]
+
+
+def test_a_loop_that_ends_within_the_head_skips_the_tail():
+    """On XLA:CPU the checkpointed tail's forward While runs under a `cond` on whether
+    the head used all its rows (its portable form, which IREE gets, runs it
+    unconditionally); the other loops run unconditionally."""
+    grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
     eqns = jax.make_jaxpr(grad)(W).jaxpr.eqns
-    assert [e.params["role"] for e in eqns if e.primitive.name == "functional_while"
-            ].count("gradient") == 2
-    assert not [e for e in eqns if e.primitive.name == "add_any"]
+    outside = [e.params for e in eqns if e.primitive.name == "functional_while"]
+    assert sorted((p["role"], str(p["checkpoints"])) for p in outside) == [
+        ("forward", "None"), ("gradient", "2"), ("gradient", "None")]
+    (choice,) = [e.params for e in eqns if e.primitive.name == "xla_cpu_choice"]
+    (portable,) = choice["portable"].jaxpr.eqns
+    assert (portable.params["role"], portable.params["checkpoints"]) == ("forward", 2)
+    xla_cpu = choice["xla_cpu"].jaxpr.eqns
+    assert "functional_while" not in [e.primitive.name for e in xla_cpu]
+    (guard,) = [e for e in xla_cpu if e.primitive.name == "cond"]
+    assert sorted([(loop.params["role"], loop.params["checkpoints"]) for loop in iter_loops(b)]
+                  for b in jax.extend.core.jaxprs_in_params(guard.params)) == [
+        [], [("forward", 2)]]
 
 
 def test_jit_vmap_per_example_trip_counts_and_switch():

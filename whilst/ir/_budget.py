@@ -85,7 +85,8 @@ def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jax
         body_jaxpr=_shifted(body_jaxpr, body_nconsts, f"{name}_tail_body"),
         cond_nconsts=cond_nconsts + 1, body_nconsts=body_nconsts + 1,
         static_bound=None if static_bound is None else max(static_bound - head_rows, 0),
-        name=name, role=role, unroll=unroll, checkpoints=K)
+        name=name, role=role, unroll=unroll, checkpoints=K,
+        runs=lax.eq(n_head, np.int32(head_rows)) if head_rows else None)
     n_tail, *carry_out = tail_out
     offset_zero = Zero(COUNTER_AVAL.to_tangent_aval())
 

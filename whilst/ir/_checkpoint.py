@@ -91,8 +91,19 @@ def _store(buf, k, x, when):
 # ------------------------------------------------------------- (a) the forward While
 
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                           body_nconsts, static_bound, name, role, unroll, checkpoints):
-    """The linearize rule of `functional_while_p` when `checkpoints` is set."""
+                           body_nconsts, static_bound, name, role, unroll, checkpoints,
+                           runs=None):
+    """The linearize rule of `functional_while_p` when `checkpoints` is set.
+
+    `runs`, a traced boolean, skips the forward While where it is False (the
+    results are then those of a loop that takes no step): a budget's tail
+    (`_budget.py`) passes whether the head used all its rows, so that a loop
+    that ended within the head does not pay for the tail's setup. XLA:CPU alone
+    skips it (`xla_cpu_choice`; not with effects in the loop): in a
+    `stablehlo.case`, IREE 3.13's modules fail at run time on some of these
+    loops ("indirect buffer reference slot 0 is out range of the declared
+    binding capacity of the command buffer"; the budget tail of
+    tests/test_iree_corpus.py's budget_grad_unbounded, K = 64)."""
     del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
     K = checkpoints
     schedule_selected = role == "gradient"  # a gradient of a gradient While
@@ -126,9 +137,22 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                             "checkpointed_forward_cond")
     init = [*carry, *[jnp.asarray(x) for x in policy0], jnp.full((K,), EMPTY, np.int32),
             *[distinct_fill((K, *a.shape), a.dtype, j) for j, a in enumerate(carry_avals)]]
-    n, *outs = functional_while(
-        cond_consts, body_consts, bound, init, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
-        static_bound=static_bound, name=name, role=role, checkpoints=K)
+
+    def forward(*operands):
+        cc, bc, (b,), xs = split_list(operands, [cond_nconsts, nb, 1])
+        return functional_while(cc, bc, b, xs, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
+                                static_bound=static_bound, name=name, role=role, checkpoints=K)
+
+    def unless_skipped(runs, *operands):
+        return lax.cond(runs, forward, lambda *ops: [np.int32(0), *ops[-len(init):]],
+                        *operands)
+
+    operands = [*cond_consts, *body_consts, bound, *init]
+    if runs is None or fwd_body.effects or fwd_cond.effects:
+        n, *outs = forward(*operands)
+    else:
+        n, *outs = xla_cpu_choice(unless_skipped, lambda runs, *ops: forward(*ops),
+                                  runs, *operands)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
 
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
