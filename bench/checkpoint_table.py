@@ -9,7 +9,7 @@ with their ratio.
 
 Extra per step = (body calls during jax.grad - 2 n) / n.
 
-    .venv/bin/python bench/checkpoint_table.py [--quick]
+    .venv/bin/python bench/checkpoint_table.py [--quick] [--iree]
 
 Measured (2-core x86 VM shared with other jobs, load 2.5-4.5, so noisy; jax 0.12.0.1,
 equinox 0.13.8, 2026-11-24; times from one run; ratio: the median over 4 runs for n = 100
@@ -26,6 +26,22 @@ alternately with this in the same way):
        4    100    2.860     2.860    3.030   0.960       0.07        0.07   0.94 (0.94-0.95) 1.04
        4   1000    7.314     7.314   16.701   0.996       0.54        1.24   0.44 (0.43-0.44) 0.53
        4   4000   11.642    11.642   70.081   0.999       2.84       18.51   0.15             0.20
+
+With `--iree`, whilst's gradient is also compiled by IREE for llvm-cpu and timed on
+local-sync (median of 5 calls; one module per K, n is an input). `--quick --iree` on
+2026-11-24, same machine, IREE ms and IREE / whilst's JAX time:
+
+       K      n   IREE ms  IREE/whilst
+      90    100      8.93        61.8x
+      90   1000    163.68       474.7x
+      16    100      8.94       107.5x
+      16   1000    119.17       337.4x
+       4    100     27.10       244.6x
+       4   1000    230.51       252.6x
+
+IREE 3.13 runs the gradient While's `stablehlo.case`s from the host and reads back
+their predicates and the slot indices: 13 readbacks and 27 dispatches in its body
+(all branches counted), 40-165 us per iteration.
 
 Where n <= (K+1)(K+2)/2 both sit on the bound n - K (a forward that does not know n
 stores at most K of the n states the reversal needs), which cannot be beaten. With
@@ -113,9 +129,33 @@ def median_times(K, n, repeats=21, batch_s=2e-3):
     return [float(np.median(ts)) for ts in times]
 
 
+def iree_gradient(K):
+    """whilst's gradient compiled by IREE for llvm-cpu, loaded on local-sync (the
+    trip count n is an input: one module for every n)."""
+    def loss(x, n):
+        return jnp.sum(whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, step(x)),
+                                         [0, x], checkpoints=K)[1])
+    x = np.full(D, 0.3, np.float32)
+    return whilst.compile(jax.grad(loss), x, np.int32(1)).load("local-sync").main
+
+
+def iree_median_time(main, n, want, repeats=5):
+    """Median seconds of one call of `main` (after a check of its result)."""
+    x = np.full(D, 0.3, np.float32)
+    np.testing.assert_allclose(main(x, np.int32(n)), want, rtol=1e-4, atol=1e-6)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        main(x, np.int32(n))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 100 and 1000 only")
+    parser.add_argument("--iree", action="store_true",
+                        help="also time whilst's gradient on IREE (llvm-cpu, local-sync)")
     args = parser.parse_args()
     ns = [100, 1000] if args.quick else [100, 1000, 4000]
     print(f"jax {jax.__version__}, equinox {eqxi.__name__.split('.')[0]} "
@@ -123,15 +163,23 @@ def main():
     print("extra body evaluations per step during jax.grad (beyond n forward + n reversed)")
     header = f"{'K':>4} {'n':>6} {'whilst':>8} {'predicted':>9} {'equinox':>8} {'bound':>7}" \
              f" {'whilst ms':>10} {'equinox ms':>11} {'ratio':>6}"
+    if args.iree:
+        header += f" {'IREE ms':>9} {'IREE/whilst':>11}"
     print(header)
     for K in [90, 16, 4]:
+        iree_main = iree_gradient(K) if args.iree else None
         for n in ns:
             w = extra_per_step("whilst", K, n)
             e = extra_per_step("equinox", K, n)
             tw, te = median_times(K, n)
-            print(f"{K:>4} {n:>6} {w:>8.3f} {schedule_cost(n, K) / n:>9.3f} {e:>8.3f} "
-                  f"{max(n - K, 0) / n:>7.3f} {tw * 1e3:>10.2f} {te * 1e3:>11.2f} "
-                  f"{tw / te:>6.2f}", flush=True)
+            row = (f"{K:>4} {n:>6} {w:>8.3f} {schedule_cost(n, K) / n:>9.3f} {e:>8.3f} "
+                   f"{max(n - K, 0) / n:>7.3f} {tw * 1e3:>10.2f} {te * 1e3:>11.2f} "
+                   f"{tw / te:>6.2f}")
+            if iree_main is not None:
+                want = make("whilst", K, False, None)(jnp.full(D, 0.3), n)
+                ti = iree_median_time(iree_main, n, np.asarray(want))
+                row += f" {ti * 1e3:>9.2f} {ti / tw:>10.1f}x"
+            print(row, flush=True)
 
 
 if __name__ == "__main__":
