@@ -12,7 +12,9 @@ the same steps::
     return n_head + n_tail, carry
 
 The tail tests `cond` once more where the head stopped, so it takes no step
-when the loop ended within the head. Its gradient runs first, then the head's,
+when the loop ended within the head; on XLA:CPU its forward While is then not
+entered at all (`checkpointed_linearize`'s `runs`: its setup cost n = 10 steps
+of bench/grad_tanh.py part 2 a fifth more). Its gradient runs first, then the head's,
 which starts its constants' cotangents from the tail's (one accumulator each,
 not two summed after the loops).
 `head_rows` and `K` share the budget: K copies of the carry take at most a
