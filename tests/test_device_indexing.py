@@ -2,6 +2,9 @@
 `ys.at[t].set(h)`), over arrays too large for one-hot selects, run on IREE as
 gathers and scatters (`whilst.ir._device_indexing`): the same answers as Python,
 and no readback of the position per step."""
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,9 @@ import pytest
 
 import whilst
 from whilst.lowering import compile_to_stream, loop_counts, prepare
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
+import cg  # noqa: E402
 
 ROWS, WIDTH = 600, 8  # 4800 elements: past the one-hot limit, so one step per iteration
 
@@ -86,3 +92,12 @@ def test_reads_at_clipped_positions_match_jax():
     for t in (-9, 0, 5, ROWS - 10, ROWS + 3):
         np.testing.assert_array_equal(module.main(xs, np.int32(t)),
                                       jax.jit(f)(xs, np.int32(t)), err_msg=str(t))
+
+
+def test_pushed_rows_are_scattered_unclipped():
+    """A forward While's pushes write rows in bounds by construction, so their
+    scatter clips nothing: with the clip the CG sample's forward While took 13
+    dispatches per step on IREE 3.13, 10 without (its gradient While: 8)."""
+    fn, args = cg.bench_program()
+    loops = loop_counts(compile_to_stream(prepare([whilst.export(fn, *args)])))
+    assert loops == [(1, 10), (0, 8)], loops

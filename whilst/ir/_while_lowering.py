@@ -99,6 +99,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -564,7 +565,7 @@ def _write_rows(ctx, stack, stack_aval, rows, at, guard=None, scatter=False):
     if scatter:
         rows_ctx = ctx.replace(avals_in=[stack_aval, chunk_aval, COUNTER_AVAL],
                                avals_out=[stack_aval])
-        return mlir.lower_fun(scatter_rows, multiple_results=False)(
+        return mlir.lower_fun(partial(scatter_rows, clip=False), multiple_results=False)(
             rows_ctx, stack, chunk, at)[0]
     return dynamic_update_slice(ctx, stack_aval, stack, chunk,
                                 start_indices=_row_start(ctx, at, stack_aval.ndim))
