@@ -45,7 +45,12 @@ def measure(calls: dict[str, Callable[[], Any]], *, warmup: int = 2, budget_s: f
 
     Each call runs `warmup` times first (JIT compilation, caches); the last
     warm-up sets the number of rounds so that all rounds take about `budget_s`,
-    between `min_repeats` and `max_repeats`. Each round calls every variant once.
+    between `min_repeats` and `max_repeats`. Each round calls every variant
+    twice in a row and times the second call: a JAX CPU call made after other
+    work pays for waking XLA:CPU's worker thread (measured on the 2-core
+    machine, 2026-11-24: a 0.1 ms gradient took 0.13 ms after 0.4 ms of IREE
+    calls, 0.33 ms after 40 ms, 5 ms after one 90 ms IREE call), which a program
+    called in a loop does not.
     """
     estimate = 0.0
     for fn in calls.values():
@@ -53,11 +58,12 @@ def measure(calls: dict[str, Callable[[], Any]], *, warmup: int = 2, budget_s: f
             t = time.perf_counter()
             fn()
             last = time.perf_counter() - t
-        estimate += last
+        estimate += 2 * last
     repeats = int(min(max_repeats, max(min_repeats, budget_s / max(estimate, 1e-9))))
     samples = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
+            fn()
             t = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t)
