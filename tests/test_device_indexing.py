@@ -101,3 +101,16 @@ def test_pushed_rows_are_scattered_unclipped():
     fn, args = cg.bench_program()
     loops = loop_counts(compile_to_stream(prepare([whilst.export(fn, *args)])))
     assert loops == [(1, 10), (0, 8)], loops
+
+
+def test_rows_in_cond_branches_are_indexed_on_the_device():
+    """The checkpointed gradient While's schedule reads its slots and levels at
+    computed positions inside the branches of its `lax.switch`: gathers there too,
+    so its body reads back 5 scalars (the branch predicates), not 13."""
+    def loss(x, n):
+        return jnp.sum(whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.sin(x)),
+                                         [0, x], checkpoints=64)[1])
+
+    exported = whilst.export(jax.grad(loss), np.ones(16, np.float32), np.int32(5))
+    loops = loop_counts(compile_to_stream(prepare([exported])))
+    assert [loads for loads, _ in loops] == [0, 5], loops
