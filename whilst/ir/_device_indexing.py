@@ -22,11 +22,11 @@ integers keep the slices (PRNG key data, as checkpoints keep it): iree-compile
 
 Only loop bodies that run one step per iteration get these forms
 (`exported_loop_forms`; unrolled bodies index small arrays by one-hot
-selects), their own equations and those of their conds' branches (the
-checkpointed gradient While's schedule: 13 readbacks in its body -> 5); the
-positions of a `lax.scan` inside count on the host. Positions computed from literals and constants alone keep
-the slices too: IREE folds them (the CG sample's gradient took 7 more
-dispatches per step as scatters).
+selects): their own equations and those of their conds' branches (the
+checkpointed gradient While's schedule: 13 readbacks in its body -> 5), not
+those of a `lax.scan` inside, whose positions count on the host. Positions
+computed from literals and constants alone keep the slices too: IREE folds
+them (the CG sample's gradient took 7 more dispatches per step as scatters).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _constants(jaxpr) -> set[int]:
 
 def _rule(eqn, constant):
     name = eqn.primitive.name
-    if name == "cond":  # IREE runs the branches from the host: their positions too
+    if name == "cond":  # its branches, each with its own constants
         branches = tuple(device_indexing(b) for b in eqn.params["branches"])
         if all(b is old for b, old in zip(branches, eqn.params["branches"])):
             return None
