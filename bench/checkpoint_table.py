@@ -130,14 +130,11 @@ def median_times(K, n, repeats=21, batch_s=2e-3):
     return [float(np.median(ts)) for ts in times]
 
 
-def iree_gradient(K):
-    """whilst's gradient compiled by IREE for llvm-cpu, loaded on local-sync (the
-    trip count n is an input: one module for every n)."""
-    def loss(x, n):
-        return jnp.sum(whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, step(x)),
-                                         [0, x], checkpoints=K)[1])
+def iree_gradient(grad):
+    """`grad` (whilst's, from `make`) compiled by IREE for llvm-cpu, loaded on
+    local-sync (the trip count n is an input: one module for every n)."""
     x = np.full(D, 0.3, np.float32)
-    return whilst.compile(jax.grad(loss), x, np.int32(1)).load("local-sync").main
+    return whilst.compile(grad, x, np.int32(1)).load("local-sync").main
 
 
 def iree_median_time(main, n, want, repeats=5):
@@ -168,7 +165,8 @@ def main():
         header += f" {'IREE ms':>9} {'IREE/whilst':>11}"
     print(header)
     for K in [90, 16, 4]:
-        iree_main = iree_gradient(K) if args.iree else None
+        grad = make("whilst", K, False, None) if args.iree else None
+        iree_main = iree_gradient(grad) if args.iree else None
         for n in ns:
             w = extra_per_step("whilst", K, n)
             e = extra_per_step("equinox", K, n)
@@ -177,8 +175,7 @@ def main():
                    f"{max(n - K, 0) / n:>7.3f} {tw * 1e3:>10.2f} {te * 1e3:>11.2f} "
                    f"{tw / te:>6.2f}")
             if iree_main is not None:
-                want = make("whilst", K, False, None)(jnp.full(D, 0.3), n)
-                ti = iree_median_time(iree_main, n, np.asarray(want))
+                ti = iree_median_time(iree_main, n, np.asarray(grad(jnp.full(D, 0.3), n)))
                 row += f" {ti * 1e3:>9.2f} {ti / tw:>10.1f}x"
             print(row, flush=True)
 
