@@ -33,8 +33,8 @@ def oracle(x, w, n):
 
 def policy(**options):
     """`(stored_steps, checkpoints)` of the loops `jax.grad(loss, (0, 1))` emits: the
-    bound of the forward While that pushes rows (None if none) and the checkpoints
-    of the checkpointed one (None if none)."""
+    bound of the forward While that pushes rows (all steps, or a chunk's; None if
+    none) and the checkpoints of the checkpointed one (None if none)."""
     grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
     loops = list(iter_loops(jax.make_jaxpr(grad)(X, W).jaxpr))
     stored = [e.params["static_bound"] for e in loops
@@ -67,7 +67,7 @@ def test_unbounded_loop_differentiates_with_no_extra_argument(n):
     check_grad({}, n)
 
 
-def test_default_budget_stores_the_first_mebibyte_and_checkpoints_after_it():
+def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them():
     stored, checkpoints = policy()
     rows = whilst.residual_report(functools.partial(loss, n=7, maximum_iterations=1), X, W,
                                   argnums=(0, 1))
@@ -82,8 +82,8 @@ def test_default_budget_stores_the_first_mebibyte_and_checkpoints_after_it():
     (dict(maximum_iterations=40), (40, None)),                 # fits: every step stored
     (dict(maximum_iterations=40, gradient_memory=0), (None, 2)),  # checkpoints only
     (dict(gradient_memory=0), (None, 2)),
-    (dict(gradient_memory=60), (None, 2)),                     # 1 row: not worth a head
-    (dict(gradient_memory=136), (3, 2)),                       # switch after 3 steps
+    (dict(gradient_memory=60), (None, 2)),                     # 1 row: not worth chunks
+    (dict(gradient_memory=136), (3, 2)),                       # chunks of 3 steps
     (dict(maximum_iterations=40, gradient_memory=136), (3, 2)),
     (dict(maximum_iterations=40, gradient_memory=1000), (23, 12)),
 ])
@@ -106,33 +106,39 @@ def test_cost_is_flat_in_maximum_iterations():
     assert stored[0] == 256 and stored[1] == stored[2] < 1 << 16
 
 
-def test_one_accumulator_per_constant_across_the_switch():
-    """The head's gradient While continues the tail's constant cotangents: no second
-    accumulator summed after the loops (jax.grad with respect to w only)."""
+def _loop_kinds(jaxpr):
+    """`(role, checkpoints, pushes, pops)` of each loop at the top of `jaxpr`."""
+    return [(e.params["role"], e.params["checkpoints"], e.params["accumulators"],
+             e.params["pops"]) for e in jaxpr.eqns if e.primitive.name == "functional_while"]
+
+
+def _primitives(jaxpr):
+    """The names of the primitives in `jaxpr` and its sub-jaxprs."""
+    for e in jaxpr.eqns:
+        yield e.primitive.name
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
+            yield from _primitives(sub)
+
+
+def test_one_forward_and_one_gradient_while_over_chunks():
+    """The forward While runs chunks of stored steps (3 here) and keeps K = 2
+    checkpoints; the last chunk's stored gradient runs first, then one gradient
+    While reverses the other chunks with no branch (no `stablehlo.case` on IREE):
+    its body runs a counted advance, a counted recomputation that pushes rows and
+    their stored gradient. The constants' cotangents go through the loops in one
+    accumulator each (no sum after them; jax.grad with respect to w only)."""
     grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
     jaxpr = jax.make_jaxpr(grad)(W).jaxpr
-    assert [e.params["role"] for e in iter_loops(jaxpr)].count("gradient") == 2
-    assert not [e for e in jaxpr.eqns if e.primitive.name == "add_any"]
-
-
-def test_a_loop_that_ends_within_the_head_skips_the_tail():
-    """On XLA:CPU the checkpointed tail's forward While runs under a `cond` on whether
-    the head used all its rows (its portable form, which IREE gets, runs it
-    unconditionally); the other loops run unconditionally."""
-    grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
-    eqns = jax.make_jaxpr(grad)(W).jaxpr.eqns
-    outside = [e.params for e in eqns if e.primitive.name == "functional_while"]
-    assert sorted((p["role"], str(p["checkpoints"])) for p in outside) == [
-        ("forward", "None"), ("gradient", "2"), ("gradient", "None")]
-    (choice,) = [e.params for e in eqns if e.primitive.name == "xla_cpu_choice"]
-    (portable,) = choice["portable"].jaxpr.eqns
-    assert (portable.params["role"], portable.params["checkpoints"]) == ("forward", 2)
-    xla_cpu = choice["xla_cpu"].jaxpr.eqns
-    assert "functional_while" not in [e.primitive.name for e in xla_cpu]
-    (guard,) = [e for e in xla_cpu if e.primitive.name == "cond"]
-    assert sorted([(loop.params["role"], loop.params["checkpoints"]) for loop in iter_loops(b)]
-                  for b in jax.extend.core.jaxprs_in_params(guard.params)) == [
-        [], [("forward", 2)]]
+    forward, last_chunk, chunks = [e for e in jaxpr.eqns
+                                   if e.primitive.name == "functional_while"]
+    assert _loop_kinds(jaxpr) == [("forward", 2, 0, 0), ("gradient", None, 0, 1),
+                                  ("gradient", 2, 0, 0)]
+    assert _loop_kinds(forward.params["body_jaxpr"].jaxpr) == [("forward", None, 1, 0)]
+    body = chunks.params["body_jaxpr"].jaxpr
+    assert _loop_kinds(body) == [("forward", None, 0, 0), ("forward", None, 1, 0),
+                                 ("gradient", None, 0, 1)]
+    assert not {"cond", "switch"} & set(_primitives(body))
+    assert "add_any" not in [e.primitive.name for e in jaxpr.eqns]
 
 
 def test_jit_vmap_per_example_trip_counts_and_switch():
@@ -146,10 +152,10 @@ def test_jit_vmap_per_example_trip_counts_and_switch():
     np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("memory", [136, 260])  # heads of 3 and 6 rows, K = 2 and 3
+@pytest.mark.parametrize("memory", [136, 260])  # chunks of 3 and 6 steps, K = 2 and 3
 def test_vmap_of_grad_across_the_switch_on_iree(memory):
-    """Lanes that end in the stored head, at the switch, and deep in the checkpointed
-    tail, in one batch, compiled by IREE; against jax.grad of the unrolled loop."""
+    """Lanes that end in the first chunk, at its end, and many chunks later, in one
+    batch, compiled by IREE; against jax.grad of the unrolled loop."""
     grad = jax.vmap(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=memory)))
     xs = np.stack([X, X * 0.5, X + 0.3, -X]).astype(np.float32)
     module = whilst.compile(grad, xs, np.zeros(4, np.int32)).load()
@@ -169,7 +175,7 @@ def test_grad_of_grad_across_the_switch(n):
 
 
 def test_nested_unbounded_loops():
-    # Inner and outer loops have no bound; the tiny budget switches both mid-loop.
+    # Inner and outer loops have no bound; the tiny budget makes both chunked.
     def f(x, a):
         def outer_body(i, x):
             _, y = whilst.while_loop(lambda j, y: j <= i, lambda j, y: (j + 1, jnp.sin(y) * a + x),
@@ -184,7 +190,7 @@ def test_nested_unbounded_loops():
 
 
 def test_data_dependent_stop_with_no_bound():
-    # The trip count depends on the data only; the tail tests cond where the head stopped.
+    # The trip count depends on the data only; the forward tests cond between chunks.
     def f(x):
         return whilst.while_loop(lambda x: jnp.sum(x) < 20.0, lambda x: x * 1.1 + 0.05, [x],
                                  gradient_memory=64)

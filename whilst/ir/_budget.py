@@ -1,60 +1,90 @@
-"""Reverse mode within a memory budget: stored steps first, checkpointed steps after.
+"""Reverse mode within a memory budget: chunks of stored steps, checkpointed between them.
 
 A loop whose stored residuals could outgrow `gradient_memory` bytes (no bound,
-or a bound of more rows than fit) is linearized as two loops that together take
-the same steps::
+or a bound of more rows than fit) is cut into chunks of S steps, S the rows
+that fit. Linearizing it emits one forward While over the chunks::
 
-    # the head: the first `head_rows` steps, every step's residuals stored
-    n_head, carry = stored_while(cond, body, carry, bound=min(bound, head_rows))
-    # the tail: the steps after them, K carries kept (`_checkpoint.py`)
-    n_tail, carry = checkpointed_while(cond(n_head + i, ...), body(n_head + i, ...),
-                                       carry, bound=bound - n_head, checkpoints=K)
-    return n_head + n_tail, carry
+    # (a) the forward While (role "forward", checkpoints K)
+    c, n, m = 0, 0, S
+    while m == S and n < bound and cond(n, carry):
+        save, k = online_policy(c)          # `_checkpoint_schedule`, over chunks
+        if save: slots[k], pos[k] = carry, c
+        # a stored While of at most S steps, pushing each step's rows (`_reverse.py`)
+        m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
+                                        bound=min(S, bound - n))
+        n += m; c += 1
 
-The tail tests `cond` once more where the head stopped, so it takes no step
-when the loop ended within the head; on XLA:CPU its forward While is then not
-entered at all (`checkpointed_linearize`'s `runs`: its setup cost n = 10 steps
-of bench/grad_tanh.py part 2 a fifth more). Its gradient runs first, then the head's,
-which starts its constants' cotangents from the tail's (one accumulator each,
-not two summed after the loops).
-`head_rows` and `K` share the budget: K copies of the carry take at most a
-quarter of it (2 <= K <= MAX_TAIL_CHECKPOINTS) and the stacks the rest; a
-head of fewer than 2 steps is left out (a loop of its own for one stored step
-does not pay). Both minimums are choices: stacks of any bound and K=1 tails
-compile and run on IREE.
+and, on the tangent side, `budget_linear_while_p`, whose transpose is the one
+gradient While. The last chunk's rows are still in `stacks`, so its stored
+gradient runs first, as for a loop that fits. Then each iteration of the
+gradient While runs the checkpoint schedule of `_checkpoint.py` over chunks:
+advance one chunk from the restored carry, or reverse one (recompute its rows,
+then its stored gradient). Both are counted Whiles whose trip count is 0 when
+the iteration does the other, so the body has no `stablehlo.case`, which IREE
+runs from the host::
+
+    ct, ct_consts = stored_gradient(rows of chunk c - 1, ct)   # before the While
+    fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
+    while fine > 0:
+        turn = cur == fine - 1
+        x_next = advance(x, steps=0 if turn else S)            # plain steps
+        rows = stored_while(x, steps=S if turn else 0)          # recompute chunk cur
+        ct, dc = stored_gradient(rows, ct, steps=S if turn else 0)
+        ct_consts += dc
+        if turn: fine = cur; restore the latest checkpoint (cur, x)
+        else: cur += 1; x = x_next; store x if cur is the planned chunk
+
+A loop that ends within its first chunk runs one chunk forwards and its stored
+gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
+the budget (`budget_split`): K copies of the carry take at most a quarter of
+it (2 <= K <= MAX_CHECKPOINTS), the stacks of S rows the rest. Where fewer than
+MIN_CHUNK_ROWS rows fit (or sizes are symbolic), each step is a chunk of its
+own: `_checkpoint.py` linearizes with K checkpoints and no stored rows.
 """
 from __future__ import annotations
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_constant_shape, split_list
-from whilst.ir._checkpoint import checkpointed_linearize
-from whilst.ir._functional_while import COUNTER_AVAL, split_operands
-from whilst.ir._reverse import StepResiduals, stored_linearize
-from whilst.ir._tracing import call, trace_closed
-from whilst.ir._unroll import nbytes
+from whilst._jax_compat import apply_primitive, is_constant_shape, split_list
+from whilst.ir._buffers import distinct_fill, uninitialized
+from whilst.ir._checkpoint import (
+    checkpointed_linearize, expand_checkpointed_linear_while, read_slot, write_slot)
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
+from whilst.ir._functional_while import COUNTER_AVAL, UNBOUNDED, functional_while, split_operands
+from whilst.ir._reverse import StepResiduals, transpose_linear_while
+from whilst.ir._stacks import pushed_rows, stack_avals
+from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._unroll import nbytes, unroll_factor
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
-MIN_TAIL_CHECKPOINTS, MAX_TAIL_CHECKPOINTS = 2, 64
-MIN_HEAD_ROWS = 2
+MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
+MIN_CHUNK_ROWS = 2
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
-    """`(head_rows, K)`: stored steps and tail checkpoints that fit in `budget` bytes
-    (K copies of the carry take at least MIN_TAIL_CHECKPOINTS copies, even beyond
-    the budget)."""
+    """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
+    copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
+    budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit."""
     if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
-        return 0, MAX_TAIL_CHECKPOINTS // 4  # sizes unknown: checkpoints only
+        return 0, MAX_CHECKPOINTS // 4  # sizes unknown: checkpoints only
     carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
-    K = int(np.clip(budget // 4 // carry_bytes, MIN_TAIL_CHECKPOINTS, MAX_TAIL_CHECKPOINTS))
-    head_rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
-    return (int(head_rows) if head_rows >= MIN_HEAD_ROWS else 0), K
+    K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
+    rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
+    return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K
 
 
 def _shifted(jaxpr, nconsts, name):
     """`jaxpr(*consts, i, *xs)` as `f(*consts, offset, i, *xs) = jaxpr(*consts,
-    offset + i, *xs)`."""
+    offset + i, *xs)`: a chunk's steps, counted from its first."""
     avals = jaxpr.in_avals
 
     def shifted(*args):
@@ -64,45 +94,298 @@ def _shifted(jaxpr, nconsts, name):
     return trace_closed(shifted, [*avals[:nconsts], COUNTER_AVAL, *avals[nconsts:]], name)
 
 
-def budget_linearize(nzs, steps: StepResiduals, head_rows, K, *primals, cond_jaxpr,
-                     body_jaxpr, cond_nconsts, body_nconsts, static_bound, name, role, unroll,
-                     gradient_memory):
-    """The linearize rule of `functional_while_p` as a stored head of `head_rows`
-    steps and a checkpointed tail with K checkpoints (see the module docstring)."""
-    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
-    cond_nz, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
-    loop = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
-                body_nconsts=body_nconsts, name=name, role=role, unroll=unroll)
-    n_head, head_res = np.int32(0), []
-    if head_rows:
-        (n_head, *carry), (_, *carry_nz), head_res, head_linearized = stored_linearize(
-            steps, *cond_consts, *body_consts, lax.min(bound, np.int32(head_rows)), *carry,
-            static_bound=head_rows, gradient_memory=gradient_memory, passes_dconsts=True,
-            **loop)
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Chunks:
+    """The loops of one chunk of S steps, shared by the forward and gradient Whiles:
+    the plain steps, the stored steps pushing rows and their stored gradient. Holds
+    jaxprs and layout only (it is a parameter of `budget_linear_while_p`); the
+    values the loops read are passed in."""
+    S: int
+    name: str
+    gradient_memory: int | None
+    body_jaxpr: object    # the loop's body, `(*consts, i, *xs)`
+    cond: object          # the loop's cond, body and primal body with rows, shifted
+    body: object
+    primal: object
+    lin_body: object      # `StepResiduals.lin_body`
+    n_invariants: int
+    grad_unroll: int      # the unroll factors lay out the stacks (see `_reverse.py`)
+    fwd_unroll: int
 
-    tail_out, tail_nz, tail_res, tail_linearized = checkpointed_linearize(
-        [*cond_nz, False, *const_nz, False, False, *carry_nz],
-        *cond_consts, n_head, *body_consts, n_head, bound - n_head, *carry,
-        cond_jaxpr=_shifted(cond_jaxpr, cond_nconsts, f"{name}_tail_cond"),
-        body_jaxpr=_shifted(body_jaxpr, body_nconsts, f"{name}_tail_body"),
-        cond_nconsts=cond_nconsts + 1, body_nconsts=body_nconsts + 1,
-        static_bound=None if static_bound is None else max(static_bound - head_rows, 0),
-        name=name, role=role, unroll=unroll, checkpoints=K,
-        runs=lax.eq(n_head, np.int32(head_rows)) if head_rows else None)
-    n_tail, *carry_out = tail_out
-    offset_zero = Zero(COUNTER_AVAL.to_tangent_aval())
+    @classmethod
+    def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+             body_nconsts, name, unroll, gradient_memory):
+        cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
+        primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts), f"{name}_chunk_primal")
+        return cls(S, name, gradient_memory, body_jaxpr, cond,
+                   _shifted(body_jaxpr, body_nconsts, f"{name}_chunk_body"), primal,
+                   steps.lin_body, len(steps.invariants),
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
+                   min(unroll_factor(cond, primal, unroll), S))
+
+    @property
+    def carry_avals(self):
+        return list(self.body_jaxpr.out_avals)
+
+    @property
+    def pad(self):
+        return self.grad_unroll - 1
+
+    @property
+    def rows(self):
+        return pushed_rows(self.S, self.fwd_unroll, self.pad)
+
+    @property
+    def stack_avals(self):
+        ncarry = len(self.carry_avals)
+        return stack_avals(self.primal.out_avals[ncarry:], self.rows)
+
+    def stored(self, cond_consts, hoisted, start, limit, xs, cond_jaxpr=None):
+        """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
+        holds; every one when `cond_jaxpr` is None), pushing their rows."""
+        ncarry = len(xs)
+        m, *outs = functional_while(
+            [*cond_consts, start], [*hoisted, start], limit, xs,
+            cond_jaxpr=cond_jaxpr or self.cond, body_jaxpr=self.primal, static_bound=self.S,
+            name=self.name, unroll=self.fwd_unroll, gradient_memory=self.gradient_memory,
+            accumulators=len(self.stack_avals), stack_rows=self.rows, row_offset=self.pad)
+        return m, outs[:ncarry], outs[ncarry:]
+
+    def recomputed(self, hoisted, start, steps, xs):
+        """The stacks of the `steps` steps from step `start`."""
+        counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
+        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[2]
+
+    def advanced(self, consts, start, steps, xs):
+        """The carry `steps` steps after step `start`, nothing stored."""
+        _, *xs = functional_while(
+            [], [*consts, start], steps, xs,
+            cond_jaxpr=always_true([COUNTER_AVAL, *self.carry_avals]), body_jaxpr=self.body,
+            static_bound=self.S, name=self.name, gradient_memory=self.gradient_memory)
+        return xs
+
+    def gradient(self, steps, invariants, stacks, dconsts, ct):
+        """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
+        (`dconsts`: the constants' tangents, `UndefinedPrimal` where linear;
+        `ct_dconsts` holds None for the others)."""
+        ninv, nstk, ndc = len(invariants), len(stacks), len(dconsts)
+        dcarry = [ad.UndefinedPrimal(a) for a in self.lin_body.in_avals[ninv + nstk + ndc:]]
+        outs = transpose_linear_while(
+            ct, steps, *invariants, *stacks, *dconsts, *dcarry,
+            body_jaxpr=self.lin_body, n_invariants=ninv, n_stacks=nstk, n_dconsts=ndc,
+            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.grad_unroll)
+        ct_dconsts, ct = split_list(outs[1 + ninv + nstk:], [ndc])
+        return ct, ct_dconsts
+
+
+# ------------------------------------------------------------- (a) the forward While
+
+def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body_jaxpr,
+                     cond_nconsts, body_nconsts, static_bound, name, role, unroll,
+                     gradient_memory):
+    """The linearize rule of `functional_while_p` within a budget of S stored rows
+    per chunk and K checkpoints (see the module docstring)."""
+    loop = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
+                body_nconsts=body_nconsts, name=name)
+    if not S:
+        return checkpointed_linearize(nzs, *primals, **loop, static_bound=static_bound,
+                                      role=role, unroll=unroll, checkpoints=K)
+    chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient_memory=gradient_memory)
+    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    hoisted = steps.hoisted_consts
+    ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
+    policy0 = policy_init(K)
+    npol = len(policy0)
+
+    def forward_body(*args):
+        cc, hc, (bound,), (c, n, _), xs, policy, (pos,), slots, _ = split_list(
+            args, [ncc, nh, 1, 3, ncarry, npol, 1, ncarry])
+        save, k, policy, pos = policy_step(c, policy, pos, K)
+        slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
+        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs)
+        return [n + m, m, *xs, *policy, pos, *slots, *stacks]
+
+    def forward_cond(*args):
+        cc, (bound,), (_, n, m), xs, _ = split_list(args, [ncc, 1, 3, ncarry])
+        (more,) = call(cond_jaxpr, *cc, n, *xs)
+        return [(m == S) & (n < bound) & more]
+
+    init = [np.int32(0), np.int32(S), *carry, *[jnp.asarray(x) for x in policy0],
+            jnp.full((K,), EMPTY, np.int32),
+            *[distinct_fill((K, *a.shape), a.dtype, j)
+              for j, a in enumerate(chunks.carry_avals)],
+            *[uninitialized(a.shape, a.dtype) for a in chunks.stack_avals]]
+    cc_avals, h_avals = [jax.typeof(x) for x in cond_consts], [jax.typeof(x) for x in hoisted]
+    state_avals = [jax.typeof(x) for x in init]
+    c, n, _, *outs = functional_while(
+        [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
+        cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
+                                               *state_avals], "budget_forward_cond"),
+        body_jaxpr=trace_closed(forward_body, [*cc_avals, *h_avals, COUNTER_AVAL,
+                                               COUNTER_AVAL, *state_avals],
+                                "budget_forward_body"),
+        static_bound=None if static_bound is None else -(-static_bound // S),
+        name=name, role=role, checkpoints=K)
+    carry_out, _, (pos,), slots, stacks = split_list(outs, [ncarry, npol, 1, ncarry])
+
+    const_nz, carry_nz = steps.const_nz, steps.carry_nz
+    residuals = [n, c, pos, *slots, *body_consts, *hoisted, *steps.invariants, *stacks]
+    params = dict(chunks=chunks, checkpoints=K, const_nz=tuple(const_nz),
+                  carry_nz=tuple(carry_nz), nconsts=len(body_consts), nhoisted=nh)
 
     def linearized(residuals, *tangents):
-        res_head, res_tail = split_list(residuals, [len(head_res)])
-        cond_t, const_t, (bound_t,), carry_t = split_list(
-            list(tangents), [cond_nconsts, body_nconsts, 1])
-        if head_rows:
-            # The constants' tangents pass through the head's linear While, so the
-            # head's gradient While continues the tail's constant cotangents.
-            carry_t, const_t = split_list(head_linearized(res_head, *tangents)[1:],
-                                          [len(carry_t)])
-        return tail_linearized(res_tail, *cond_t, offset_zero, *const_t, offset_zero,
-                               bound_t, *carry_t)
+        _, dconsts, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
+        dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts, const_nz) if nz]
+        dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
+        out = iter(budget_linear_while_p.bind(*residuals, *dconsts, *dcarry, **params))
+        return [Zero(COUNTER_AVAL.to_tangent_aval()),
+                *[next(out) if nz else Zero(a.to_tangent_aval())
+                  for nz, a in zip(carry_nz, chunks.carry_avals)]]
 
-    return [n_head + n_tail, *carry_out], tail_nz, [*head_res, *tail_res], linearized
+    return [n, *carry_out], [False, *carry_nz], residuals, linearized
 
+
+# --------------------------------------------------- (b) the budget's linear While
+
+budget_linear_while_p = Primitive("budget_linear_while")
+budget_linear_while_p.multiple_results = True
+budget_linear_while_p.def_impl(lambda *args, **params: apply_primitive(
+    budget_linear_while_p, *args, **params))
+budget_linear_while_p.def_abstract_eval(
+    lambda *avals, chunks, carry_nz, **_: [
+        a.to_tangent_aval() for a, nz in zip(chunks.carry_avals, carry_nz) if nz])
+
+
+def _split_operands(operands, chunks, const_nz, nconsts, nhoisted):
+    """`operands -> (n, c, pos, slots, consts, hoisted, invariants, stacks, dconsts,
+    dcarry)`."""
+    (n, c, pos), slots, consts, hoisted, inv, stacks, dconsts, dcarry = split_list(
+        list(operands), [3, len(chunks.carry_avals), nconsts, nhoisted, chunks.n_invariants,
+                         len(chunks.stack_avals), sum(const_nz)])
+    return n, c, pos, slots, consts, hoisted, inv, stacks, dconsts, dcarry
+
+
+def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
+                               nhoisted):
+    """`budget_linear_while_p` applied forwards: the tangent map of the n steps,
+    recomputing the primal from the carry slot 0 holds (chunk 0's first step), as
+    `expand_checkpointed_linear_while`."""
+    n, _, pos, slots, consts, _, _, _, dconsts, dcarry = _split_operands(
+        operands, chunks, const_nz, nconsts, nhoisted)
+    return expand_checkpointed_linear_while(
+        n, pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=chunks.body_jaxpr,
+        checkpoints=checkpoints, const_nz=const_nz, carry_nz=carry_nz, name=chunks.name,
+        schedule_selected=False)
+
+
+def _linear_jvp(primals, tangents, **params):
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(lambda *a: expand_budget_linear_while(*a, **params),
+                   list(primals), tangents)
+
+
+def _linear_batch(args, dims, **params):
+    out = jax.vmap(lambda *a: expand_budget_linear_while(*a, **params),
+                   in_axes=tuple(dims))(*args)
+    return out, [0] * len(out)
+
+
+ad.primitive_jvps[budget_linear_while_p] = _linear_jvp
+batching.primitive_batchers[budget_linear_while_p] = _linear_batch
+mlir.register_lowering(budget_linear_while_p,
+                       mlir.lower_fun(expand_budget_linear_while, multiple_results=True))
+
+
+# ------------------------------------------------------------- the gradient While
+
+def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts, nhoisted):
+    """The gradient While (see the module docstring): the last chunk's stored
+    gradient, then the schedule of `_checkpoint.py`'s gradient While over chunks,
+    with its integer state `[cur, fine, target, h, store_slot]` in one vector and
+    the held slots as a stack (`steps` with a spare level K; slot `order[l]` holds
+    chunk `steps[l]`), and no branch: each iteration advances or reverses a chunk
+    with counted Whiles of S or 0 steps."""
+    K, S = checkpoints, chunks.S
+    n, c, pos, slots, consts, hoisted, inv, stacks, dconsts, _ = _split_operands(
+        operands, chunks, const_nz, nconsts, nhoisted)
+    assert not any(map(ad.is_undefined_primal,
+                       [n, c, pos, *slots, *consts, *hoisted, *inv, *stacks]))
+    # A dconst given as a value (not linear) adds a constant: it has no cotangent.
+    linear = [ad.is_undefined_primal(x) for x in dconsts]
+    known = [x for x, lin in zip(dconsts, linear) if not lin]
+    nc, nh, ninv, nk, ncarry, nct = (len(consts), len(hoisted), len(inv), len(known),
+                                     len(slots), len(cts))
+
+    def dconsts_with(known):
+        it = iter(known)
+        return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
+
+    def plan(top, fine, h, order):
+        """`[top, fine, target, h, store_slot]` at a checkpoint `top` with `h` slots
+        holding chunks before `fine` (`_checkpoint.py`'s `plan`)."""
+        free = K - h
+        L = fine - top
+        to_target = jnp.where((free > 0) & (L > free + 2), split(L, free + 1, K), 1)
+        target = top + to_target
+        target = jnp.where((free > 0) & (target < fine - 1), target, -1)
+        return jnp.stack([top, fine, target, h, order[jnp.minimum(h, K - 1)]]).astype(np.int32)
+
+    def restore(fine, h, steps, order, slots):
+        """`(state, xs)` at the latest checkpoint, level `h - 1` of the stack."""
+        level = jnp.maximum(h - 1, 0)
+        return plan(steps[level], fine, h, order), [read_slot(s, order[level]) for s in slots]
+
+    def body(*args):
+        cs, hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
+            args, [nc, nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
+        cur, fine, target, h, store_slot = (state[j] for j in range(5))
+        turn = cur == fine - 1
+        start = cur * S
+        length = jnp.minimum(np.int32(S), n - start)
+        advance, reverse = jnp.where(turn, 0, length), jnp.where(turn, length, 0)
+        x_next = chunks.advanced(cs, start, advance, xs)
+        ct, dc = chunks.gradient(reverse, iv, chunks.recomputed(hc, start, reverse, xs),
+                                 dconsts_with(kd), ct)
+        acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
+        store_next = cur + 1 == target    # never with turn: target < fine - 1
+        # Level h of the stack is free (the spare level K when all are held).
+        (new_steps,) = xla_cpu_choice(
+            lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
+            lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
+            steps, h, cur + 1)
+        # A turn frees the slot of chunk cur, if one holds it, and restores the latest.
+        h_turned = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
+        turned, x_turned = restore(cur, h_turned, steps, order, slots)
+        new_state = jnp.where(turn, turned, jnp.where(
+            store_next, plan(cur + 1, fine, h + 1, order),
+            state + np.array([1, 0, 0, 0, 0], np.int32)))
+        slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
+        xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
+        return [new_state, new_steps, order, *slots, *xs, *ct, *acc]
+
+    def cond(n, i, state, *_):
+        return [state[1] > 0]
+
+    # The forward's stacks hold the last chunk's rows: its stored gradient comes first.
+    last = jnp.maximum(c - 1, 0)
+    ct, dc = chunks.gradient(n - last * S, inv, stacks, dconsts, list(cts))
+    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+    state0, x0 = restore(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots)
+    carry0 = [state0, steps, order, *slots, *x0, *ct, *[d for d, lin in zip(dc, linear) if lin]]
+    carry_avals = [jax.typeof(x) for x in carry0]
+    const_avals = [jax.typeof(x) for x in [*consts, *hoisted, *inv, *known, n]]
+    _, *outs = functional_while(
+        [n], [*consts, *hoisted, *inv, *known, n], np.int32(UNBOUNDED), carry0,
+        cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
+                                "budget_gradient_cond"),
+        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                "budget_gradient_body"),
+        static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
+    ct_out, acc_out = split_list(outs[3 + 2 * ncarry:], [nct])
+    acc_iter = iter(acc_out)
+    ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
+    return [None] * (3 + ncarry + nc + nh + ninv + len(stacks)) + [*ct_dconsts, *ct_out]
+
+
+ad.primitive_transposes[budget_linear_while_p] = _transpose

@@ -79,31 +79,20 @@ from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 
-def _slot(buf, k):
+def read_slot(buf, k):
     return lax.dynamic_index_in_dim(buf, k, keepdims=False)
 
 
-def _store(buf, k, x, when):
+def write_slot(buf, k, x, when):
     """`buf[k] = x if when else buf[k]`, one in-place `dynamic_update_slice`."""
-    return lax.dynamic_update_index_in_dim(buf, jnp.where(when, x, _slot(buf, k)), k, 0)
+    return lax.dynamic_update_index_in_dim(buf, jnp.where(when, x, read_slot(buf, k)), k, 0)
 
 
 # ------------------------------------------------------------- (a) the forward While
 
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                           body_nconsts, static_bound, name, role, unroll, checkpoints,
-                           runs=None):
-    """The linearize rule of `functional_while_p` when `checkpoints` is set.
-
-    `runs`, a traced boolean, skips the forward While where it is False (the
-    results are then those of a loop that takes no step): a budget's tail
-    (`_budget.py`) passes whether the head used all its rows, so that a loop
-    that ended within the head does not pay for the tail's setup. XLA:CPU alone
-    skips it (`xla_cpu_choice`; not with effects in the loop): in a
-    `stablehlo.case`, IREE 3.13's modules fail at run time on some of these
-    loops ("indirect buffer reference slot 0 is out range of the declared
-    binding capacity of the command buffer"; the budget tail of
-    tests/test_iree_corpus.py's budget_grad_unbounded, K = 64)."""
+                           body_nconsts, static_bound, name, role, unroll, checkpoints):
+    """The linearize rule of `functional_while_p` when `checkpoints` is set."""
     del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
     K = checkpoints
     schedule_selected = role == "gradient"  # a gradient of a gradient While
@@ -123,7 +112,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     def forward_body(*args):
         consts, (i,), xs, policy, (pos,), slots = split_list(args, [nb, 1, ncarry, npol, 1])
         save, k, policy, pos = policy_step(i, policy, pos, K)
-        slots = [_store(s, k, x, save) for s, x in zip(slots, xs)]
+        slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
         return [*call(body_jaxpr, *consts, i, *xs), *policy, pos, *slots]
 
     def forward_cond(*args):
@@ -143,16 +132,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         return functional_while(cc, bc, b, xs, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
                                 static_bound=static_bound, name=name, role=role, checkpoints=K)
 
-    def unless_skipped(runs, *operands):
-        return lax.cond(runs, forward, lambda *ops: [np.int32(0), *ops[-len(init):]],
-                        *operands)
-
-    operands = [*cond_consts, *body_consts, bound, *init]
-    if runs is None or fwd_body.effects or fwd_cond.effects:
-        n, *outs = forward(*operands)
-    else:
-        n, *outs = xla_cpu_choice(unless_skipped, lambda runs, *ops: forward(*ops),
-                                  runs, *operands)
+    n, *outs = forward(*cond_consts, *body_consts, bound, *init)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
 
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
@@ -215,7 +195,7 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
         cs, dcs, (i,), xs, dxs = split_list(args, [nc, ndc, 1, ncarry])
         return call(body_jvp, *cs, i, *xs, *dcs, *dxs)
 
-    x0 = [_slot(s, 0) for s in slots]
+    x0 = [read_slot(s, 0) for s in slots]
     carry_avals = [jax.typeof(x) for x in [*x0, *dcarry]]
     const_avals = [jax.typeof(x) for x in [*consts, *dconsts]]
     _, *outs = functional_while(
@@ -305,7 +285,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         """`(state, xs)` restored from the latest checkpoint, level `h - 1` of the stack."""
         level = jnp.maximum(h - 1, 0)
         top_slot = order[level]
-        return plan(steps[level], fine, h, order), [_slot(s, top_slot) for s in slots]
+        return plan(steps[level], fine, h, order), [read_slot(s, top_slot) for s in slots]
 
     def step_vjp(cs, i, xs):
         """`(body(cs, i, xs), backward)`: one step forwards, and its vjp
@@ -342,7 +322,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         turn = cur == fine - 1
         store = cur + 1 == target          # never with turn: target < fine - 1
         if not xla_cpu:
-            slots = [_store(s, store_slot, y, store) for s, y in zip(slots, operand)]
+            slots = [write_slot(s, store_slot, y, store) for s, y in zip(slots, operand)]
         # Level h of the stack is free (the spare level K when all are held). Portably
         # an elementwise write rather than a dynamic_update_slice: IREE 3.13 turns
         # this loop into the guarded do-while its stream conversion needs (when the
@@ -374,7 +354,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             which, [reverse, advance, advance_and_store], *operands))(
                 which, state, steps, slots, operand, ct, acc)
         if xla_cpu:   # the switch's xs: the stored step when `store`
-            slots = [_store(s, store_slot, x, store) for s, x in zip(slots, xs)]
+            slots = [write_slot(s, store_slot, x, store) for s, x in zip(slots, xs)]
         given, zero_started = partition_list(zero_ct, ct)
         return [state, steps, *slots, *xs, *given,
                 *zeros.update(started, [*zero_started, *acc])]

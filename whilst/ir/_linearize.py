@@ -8,7 +8,7 @@ steps are kept for its gradient While::
         checkpointed_linearize(...)          # _checkpoint.py
     elif static_bound rows of residuals fit in gradient_memory bytes:
         stored_linearize(...)                # _reverse.py: every step's residuals
-    else:                          # as many steps stored as fit, checkpoints after them
+    else:                          # chunks of as many steps as fit, checkpoints between them
         budget_linearize(...)                # _budget.py
 """
 from __future__ import annotations
@@ -49,8 +49,8 @@ def _linearize_rule(is_vjp, nzs, *primals, **params):
                                      or static_bound * steps.row_bytes <= budget):
         return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    head_rows, K = budget_split(budget, carry_avals, steps)
-    return budget_linearize(nzs, steps, head_rows, K, *primals, **params)
+    chunk_rows, K = budget_split(budget, carry_avals, steps)
+    return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 
 
 def_linearization(functional_while_p, _linearize_rule)

@@ -127,8 +127,8 @@ mlir.register_lowering(linear_while_p,
                        mlir.lower_fun(expand_linear_while, multiple_results=True))
 
 
-def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
-                            n_dconsts, static_bound, name, row_offset, unroll):
+def transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
+                           n_dconsts, static_bound, name, row_offset, unroll):
     """The gradient While: replay the stored steps backwards (see the module docstring)."""
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -184,7 +184,7 @@ def _transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stack
     return [None, *[None] * (n_invariants + n_stacks), *ct_dconsts, *ct_dx_out]
 
 
-ad.primitive_transposes[linear_while_p] = _transpose_linear_while
+ad.primitive_transposes[linear_while_p] = transpose_linear_while
 
 
 # ------------------------------------------------- linearizing the functional While
@@ -278,16 +278,9 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
 
 
 def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                     body_nconsts, static_bound, name, role, unroll, gradient_memory,
-                     passes_dconsts=False):
+                     body_nconsts, static_bound, name, role, unroll, gradient_memory):
     """The linearize rule of `functional_while_p` storing every step's residual rows
-    in stacks of `static_bound` rows (see the module docstring).
-
-    With `passes_dconsts`, the linearized function also returns the tangents of the
-    differentiated constants, unchanged, after the carries': the linear While
-    carries them, so its transpose (the gradient While) adds the steps' constant
-    cotangents to the cotangents given for those results instead of to zeros (how
-    `_budget.py` chains the checkpointed tail's gradient into the head's)."""
+    in stacks of `static_bound` rows (see the module docstring)."""
     cond_consts, _, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     assert static_bound is not None
     ncarry, n_rows, n_inv = len(carry), len(steps.row_avals), len(steps.invariants)
@@ -309,31 +302,18 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
 
-    lin_body, n_passed = steps.lin_body, 0
-    if passes_dconsts:
-        # The step's tangent map with the constants' tangents as carries, passed on.
-        def passed(*args):
-            inv_rows, dc, dx = split_list(args, [n_inv + n_rows, n_dconsts])
-            return [*dc, *call(steps.lin_body, *inv_rows, *dc, *dx)]
-
-        lin_body = trace_closed(passed, steps.lin_body.in_avals, "linear_while_body")
-        n_passed = n_dconsts
-
     def linearized(residuals, *tangents):
         n, inv, stk = split_list(residuals, [1, n_inv])
         _, dconsts_in, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
         dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts_in, const_nz) if nz]
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
-        dconsts_out, out = split_list(linear_while_p.bind(
-            *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=lin_body,
-            n_invariants=n_inv, n_stacks=n_rows, n_dconsts=n_dconsts - n_passed,
-            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll), [n_passed])
-        out_iter, dconsts_iter = iter(out), iter(dconsts_out)
+        out_iter = iter(linear_while_p.bind(
+            *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=steps.lin_body,
+            n_invariants=n_inv, n_stacks=n_rows, n_dconsts=n_dconsts,
+            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll))
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
-        passed_on = [next(dconsts_iter) if nz else t
-                     for t, nz in zip(dconsts_in, const_nz)] if passes_dconsts else []
-        return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out, *passed_on]
+        return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
 
     return ([n, *carry_out], [False, *carry_nz], [n, *steps.invariants, *stacks],
             linearized)
