@@ -6,6 +6,8 @@ the supported jax versions; the rest of whilst imports these names, or public
 jax 0.10.2, 0.11.2 and 0.12.0.1; where they differ, the names below keep
 0.10.2's calling conventions.
 """
+import contextlib
+
 import jax
 # The effects of a loop are those of its cond and body: no public join of effect sets.
 from jax._src.core import join_effects
@@ -42,6 +44,10 @@ from jax._src.api_util import debug_info
 # Hoisting loop-invariant residuals, shared with lax.scan's partial evaluation:
 # no public equivalent.
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
+# Exports lower threefry2x32 with its rounds unrolled (`threefry_rounds_unrolled`):
+# jax picks the rolled form for CPU, and lowering rules have no public registry.
+from jax._src.interpreters.mlir import _platform_specific_lowerings
+from jax._src.random import threefry2x32 as _threefry2x32
 
 
 __all__ = [
@@ -50,7 +56,7 @@ __all__ = [
     "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
     "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
     "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs",
-    "scan_known_hoisting", "split_list",
+    "scan_known_hoisting", "split_list", "threefry_rounds_unrolled",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured
@@ -102,3 +108,19 @@ def def_linearization(primitive, rule):
                 lambda residuals, _structured, *tangents: linearized(residuals, *tangents))
 
     _ad.primitive_linearizations[primitive] = with_structured_residuals
+
+
+@contextlib.contextmanager
+def threefry_rounds_unrolled():
+    """Within the block, jax lowers `threefry2x32` for CPU with its 20 rounds
+    unrolled (its rule for other platforms), instead of in a 5-step loop. IREE 3.13 runs
+    a loop's steps from the host, and fails ("failed to solve for timepoint
+    coverage") on such a loop inside loop bodies nested two deep, as whilst's
+    chunked reverse mode nests a random loop body (tests/test_prng_keys.py)."""
+    # Without its CPU rule, jax uses threefry2x32's default one: unrolled rounds.
+    saved = _platform_specific_lowerings["cpu"].pop(_threefry2x32.threefry2x32_p, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            _platform_specific_lowerings["cpu"][_threefry2x32.threefry2x32_p] = saved

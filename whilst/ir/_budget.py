@@ -104,8 +104,7 @@ class _Chunks:
     name: str
     gradient_memory: int | None
     body_jaxpr: object    # the loop's body, `(*consts, i, *xs)`
-    cond: object          # the loop's cond, body and primal body with rows, shifted
-    body: object
+    cond: object          # the loop's cond and body with rows, shifted by a chunk's start
     primal: object
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
@@ -113,12 +112,11 @@ class _Chunks:
     fwd_unroll: int
 
     @classmethod
-    def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts,
-             body_nconsts, name, unroll, gradient_memory):
+    def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
+             unroll, gradient_memory, **_):
         cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
         primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts), f"{name}_chunk_primal")
-        return cls(S, name, gradient_memory, body_jaxpr, cond,
-                   _shifted(body_jaxpr, body_nconsts, f"{name}_chunk_body"), primal,
+        return cls(S, name, gradient_memory, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
                    min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
                    min(unroll_factor(cond, primal, unroll), S))
@@ -152,17 +150,9 @@ class _Chunks:
         return m, outs[:ncarry], outs[ncarry:]
 
     def recomputed(self, hoisted, start, steps, xs):
-        """The stacks of the `steps` steps from step `start`."""
+        """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[2]
-
-    def advanced(self, consts, start, steps, xs):
-        """The carry `steps` steps after step `start`, nothing stored."""
-        _, *xs = functional_while(
-            [], [*consts, start], steps, xs,
-            cond_jaxpr=always_true([COUNTER_AVAL, *self.carry_avals]), body_jaxpr=self.body,
-            static_bound=self.S, name=self.name, gradient_memory=self.gradient_memory)
-        return xs
+        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[1:]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
         """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
@@ -336,16 +326,16 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         return plan(steps[level], fine, h, order), [read_slot(s, order[level]) for s in slots]
 
     def body(*args):
-        cs, hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
-            args, [nc, nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
+        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
+            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
         start = cur * S
         length = jnp.minimum(np.int32(S), n - start)
-        advance, reverse = jnp.where(turn, 0, length), jnp.where(turn, length, 0)
-        x_next = chunks.advanced(cs, start, advance, xs)
-        ct, dc = chunks.gradient(reverse, iv, chunks.recomputed(hc, start, reverse, xs),
-                                 dconsts_with(kd), ct)
+        # Chunk cur, from the restored carry: its next carry, and its rows (read
+        # only where it is reversed; pushed anyway: one loop less in the body).
+        x_next, stacks = chunks.recomputed(hc, start, length, xs)
+        ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
         # Level h of the stack is free (the spare level K when all are held).
@@ -374,9 +364,9 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     state0, x0 = restore(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots)
     carry0 = [state0, steps, order, *slots, *x0, *ct, *[d for d, lin in zip(dc, linear) if lin]]
     carry_avals = [jax.typeof(x) for x in carry0]
-    const_avals = [jax.typeof(x) for x in [*consts, *hoisted, *inv, *known, n]]
+    const_avals = [jax.typeof(x) for x in [*hoisted, *inv, *known, n]]
     _, *outs = functional_while(
-        [n], [*consts, *hoisted, *inv, *known, n], np.int32(UNBOUNDED), carry0,
+        [n], [*hoisted, *inv, *known, n], np.int32(UNBOUNDED), carry0,
         cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
                                 "budget_gradient_cond"),
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],

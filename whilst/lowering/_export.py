@@ -8,6 +8,7 @@ import jax
 import numpy as np
 from jax.extend.core import jaxpr_as_fun
 
+from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir._export_forms import export_forms
 from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
@@ -71,7 +72,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
     exported_fn = _in_iree_forms(fn, specs)
     storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
-    with booleans_carried_as(storage):
+    with booleans_carried_as(storage), threefry_rounds_unrolled():
         # A new function each time: JAX must not reuse a lowering of the other storage.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)
