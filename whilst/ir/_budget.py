@@ -14,25 +14,28 @@ that fit. Linearizing it emits one forward While over the chunks::
                                         bound=min(S, bound - n))
         n += m; c += 1
 
-and, on the tangent side, `budget_linear_while_p`, whose transpose is the one
-gradient While. The last chunk's rows are still in `stacks`, so its stored
-gradient runs first, as for a loop that fits. Then each iteration of the
-gradient While runs the checkpoint schedule of `_checkpoint.py` over chunks:
-advance one chunk from the restored carry, or reverse one (recompute its rows,
-then its stored gradient). Both are counted Whiles whose trip count is 0 when
-the iteration does the other, so the body has no `stablehlo.case`, which IREE
-runs from the host::
+and, on the tangent side, `budget_linear_while_p`, whose transpose is the
+gradient. The last chunk's rows are still in `stacks`, so its stored gradient
+runs first, as for a loop that fits. Then one gradient While runs the
+checkpoint schedule of `_checkpoint.py` over chunks: each iteration advances
+one chunk from the restored carry or reverses one. Both run the chunk's steps
+from its checkpoint, pushing rows, and a stored gradient of those rows that
+takes 0 steps unless the chunk is reversed: counted Whiles, and no
+`stablehlo.case` (which IREE runs from the host)::
 
-    ct, ct_consts = stored_gradient(rows of chunk c - 1, ct)   # before the While
+    ct, ct_consts = stored_gradient(stacks, ct, steps=n - (c - 1) S)   # chunk c - 1
     fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
     while fine > 0:
         turn = cur == fine - 1
-        x_next = advance(x, steps=0 if turn else S)            # plain steps
-        rows = stored_while(x, steps=S if turn else 0)          # recompute chunk cur
+        x_next, rows = stored_while(x, steps=S)           # chunk cur, recomputed
         ct, dc = stored_gradient(rows, ct, steps=S if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
+
+An advance pushes rows it does not need (so the body holds two loops, not
+three); with c <= K chunks the forward stored every chunk's start and no chunk
+is advanced.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -97,7 +100,7 @@ def _shifted(jaxpr, nconsts, name):
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Chunks:
     """The loops of one chunk of S steps, shared by the forward and gradient Whiles:
-    the plain steps, the stored steps pushing rows and their stored gradient. Holds
+    its steps pushing rows and their stored gradient. Holds
     jaxprs and layout only (it is a parameter of `budget_linear_while_p`); the
     values the loops read are passed in."""
     S: int
