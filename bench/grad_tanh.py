@@ -3,8 +3,9 @@ with respect to a closed-over W, D=256.
 
 Part 1: n=2048 actual steps, maximum_iterations=4096. whilst on JAX CPU and on
 IREE (local-sync, local-task) with a budget that stores every step
-(`gradient_memory=64 MiB`), and on JAX with the default budget (1 MiB: 340
-steps stored, the rest recomputed from checkpoints), next to (a) `lax.scan` of
+(`gradient_memory=64 MiB`), and on JAX and IREE local-sync with the default
+budget (1 MiB: chunks of 340 steps stored, recomputed from checkpoints at their
+starts), next to (a) `lax.scan` of
 exactly n steps and (b) equinox's `while_loop(kind="checkpointed",
 max_steps=4096)`, all in this process. Goal: whilst within 1.1x of the exact
 scan, faster than equinox.
@@ -100,14 +101,14 @@ def jax_variant(name, loss, args, residual_bytes=None):
                    cold_rss=peak_rss_delta(call))
 
 
-def iree_variants(loss, args, drivers, residual_bytes):
+def iree_variants(loss, args, drivers, residual_bytes, suffix=""):
     """whilst compiled once for IREE llvm-cpu, loaded once per driver."""
     compiled = whilst.compile(jax.grad(loss), *args)
     out = []
     for driver in drivers:
         module = compiled.load(driver)
         call = functools.partial(module.main, *args)
-        out.append(Variant(f"whilst IREE {driver}", call, residual_bytes,
+        out.append(Variant(f"whilst IREE {driver}{suffix}", call, residual_bytes,
                            cold_rss=peak_rss_delta(call)))
     return out
 
@@ -141,14 +142,15 @@ def part1(n, max_iter, drivers, budget_s):
     residuals = whilst.residual_report(loss, *args).bytes_per_iteration * max_iter
     scan = jax_variant(f"lax.scan, exactly {n} steps", functools.partial(scan_loss, steps=n),
                        (W, x0), _scan_residual_bytes(n))
+    default_residuals = whilst.residual_report(default, *args).total_bytes
     variants = [
         jax_variant("whilst JAX", loss, args, residuals),
-        jax_variant("whilst JAX, default budget", default, args,
-                    whilst.residual_report(default, *args).total_bytes),
+        jax_variant("whilst JAX, default budget", default, args, default_residuals),
         scan,
         jax_variant("equinox checkpointed JAX",
                     functools.partial(equinox_loss, max_steps=max_iter), args),
         *iree_variants(loss, args, drivers, residuals),
+        *iree_variants(default, args, drivers[:1], default_residuals, ", default budget"),
     ]
     rows = run_variants(variants, scan, budget_s)
     base = next(r["median_s"] for r in rows if r["name"] == scan.name)

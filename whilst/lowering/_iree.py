@@ -204,6 +204,17 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
              "drivers": list(TARGETS[t].drivers)} for t in targets]
 
 
+# iree-compile 3.13's diagnostic for loop bodies with too many loops and host branches
+# nested in them (bench/iree_limits/branches_in_loop.py), and what a user can do.
+TIMEPOINT_COVERAGE = "failed to solve for timepoint coverage"
+NESTED_LOOPS_HINT = (
+    "\nIREE 3.13 fails this way on loops nested deep in loop bodies, as in a gradient of a "
+    "gradient (reverse over reverse) through a whilst loop that runs past its "
+    "gradient_memory (no maximum_iterations, or more rows than gradient_memory holds). "
+    "Give that loop maximum_iterations whose rows fit gradient_memory "
+    "(whilst.residual_report gives the bytes per step), or checkpoints=K; or take the "
+    "second derivative forward over reverse (jax.jvp of jax.grad).")
+
 # The iree-compile phase `compile_module` stops at to read the bindings.
 SOURCES_PHASE = "executable-sources"
 
@@ -234,6 +245,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                     sources, extra_args=[*args, f"--compile-from={SOURCES_PHASE}"]), flags
         except tools.CompilerToolError as e:
             error = f"iree-compile failed for targets {list(targets)}:\n{e}"
+            if TIMEPOINT_COVERAGE in str(e):
+                error += NESTED_LOOPS_HINT
     raise CompileError(error) from None
 
 
