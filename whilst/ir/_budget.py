@@ -9,9 +9,9 @@ that fit. Linearizing it emits one forward While over the chunks::
     while m == S and n < bound and cond(n, carry):
         save, k = online_policy(c)          # `_checkpoint_schedule`, over chunks
         if save: slots[k], pos[k] = carry, c
-        # a stored While of at most S steps, pushing each step's rows (`_reverse.py`)
+        # at most S steps, writing each step's rows (`_reverse.py`'s) into stacks
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
-                                        bound=min(S, bound - n))
+                                        stacks, bound=min(S, bound - n))
         n += m; c += 1
 
 and, on the tangent side, `budget_linear_while_p`, whose transpose is the
@@ -19,7 +19,7 @@ gradient. The last chunk's rows are still in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
 checkpoint schedule of `_checkpoint.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
-from its checkpoint, pushing rows, and a stored gradient of those rows that
+from its checkpoint, writing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
 `stablehlo.case` (which IREE runs from the host)::
 
@@ -27,15 +27,18 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
     fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
     while fine > 0:
         turn = cur == fine - 1
-        x_next, rows = stored_while(x, steps=S)           # chunk cur, recomputed
-        ct, dc = stored_gradient(rows, ct, steps=S if turn else 0)
+        x_next, stacks = stored_while(x, stacks, steps=S)   # chunk cur, recomputed
+        ct, dc = stored_gradient(stacks, ct, steps=S if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
-An advance pushes rows it does not need (so the body holds two loops, not
+An advance writes rows it does not need (so the body holds two loops, not
 three); with c <= K chunks the forward stored every chunk's start and no chunk
-is advanced.
+is advanced. The stacks are one buffer, carried by both Whiles and by the loops
+of a chunk, which write them in place: IREE 3.13 copies the stacks of a loop
+nested in a loop body that pushes rows itself (`_stacks.py`) at every step
+(1 MiB of stacks cost n = 10 steps of bench/grad_tanh.py 3.5x the time).
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -52,7 +55,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
@@ -64,7 +66,7 @@ from whilst.ir._checkpoint import (
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import COUNTER_AVAL, UNBOUNDED, functional_while, split_operands
 from whilst.ir._reverse import StepResiduals, transpose_linear_while
-from whilst.ir._stacks import pushed_rows, stack_avals
+from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
@@ -100,7 +102,7 @@ def _shifted(jaxpr, nconsts, name):
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Chunks:
     """The loops of one chunk of S steps, shared by the forward and gradient Whiles:
-    its steps pushing rows and their stored gradient. Holds
+    its steps writing their rows and their stored gradient. Holds
     jaxprs and layout only (it is a parameter of `budget_linear_while_p`); the
     values the loops read are passed in."""
     S: int
@@ -111,8 +113,7 @@ class _Chunks:
     primal: object
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
-    grad_unroll: int      # the unroll factors lay out the stacks (see `_reverse.py`)
-    fwd_unroll: int
+    grad_unroll: int      # lays out the stacks (see `_reverse.py`)
 
     @classmethod
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
@@ -121,8 +122,7 @@ class _Chunks:
         primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts), f"{name}_chunk_primal")
         return cls(S, name, gradient_memory, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
-                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
-                   min(unroll_factor(cond, primal, unroll), S))
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S))
 
     @property
     def carry_avals(self):
@@ -134,28 +134,43 @@ class _Chunks:
 
     @property
     def rows(self):
-        return pushed_rows(self.S, self.fwd_unroll, self.pad)
+        return pushed_rows(self.S, 1, self.pad)
 
     @property
     def stack_avals(self):
         ncarry = len(self.carry_avals)
         return stack_avals(self.primal.out_avals[ncarry:], self.rows)
 
-    def stored(self, cond_consts, hoisted, start, limit, xs, cond_jaxpr=None):
+    def stored(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None):
         """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
-        holds; every one when `cond_jaxpr` is None), pushing their rows."""
-        ncarry = len(xs)
+        holds; every one when `cond_jaxpr` is None), writing their rows into
+        `stacks`, carried (see the module docstring), one row per step."""
+        ncarry, nh, ncc = len(xs), len(hoisted), len(cond_consts)
+
+        def body(*args):
+            hc, (start, i), xs, stacks = split_list(args, [nh, 2, ncarry])
+            xs, rows = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
+            return [*xs, *write_rows(stacks, rows, i + self.pad)]
+
+        def cond(*args):
+            cc, (start, i), xs, _ = split_list(args, [ncc, 2, ncarry])
+            return call(cond_jaxpr or self.cond, *cc, start, i, *xs)
+
+        carry_avals = [*self.carry_avals, *self.stack_avals]
+        h_avals, cc_avals = [jax.typeof(x) for x in hoisted], [jax.typeof(x) for x in cond_consts]
         m, *outs = functional_while(
-            [*cond_consts, start], [*hoisted, start], limit, xs,
-            cond_jaxpr=cond_jaxpr or self.cond, body_jaxpr=self.primal, static_bound=self.S,
-            name=self.name, unroll=self.fwd_unroll, gradient_memory=self.gradient_memory,
-            accumulators=len(self.stack_avals), stack_rows=self.rows, row_offset=self.pad)
+            [*cond_consts, start], [*hoisted, start], limit, [*xs, *stacks],
+            cond_jaxpr=trace_closed(cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
+                                    f"{self.name}_chunk_cond"),
+            body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
+                                    f"{self.name}_chunk_body"),
+            static_bound=self.S, name=self.name, gradient_memory=self.gradient_memory)
         return m, outs[:ncarry], outs[ncarry:]
 
-    def recomputed(self, hoisted, start, steps, xs):
+    def recomputed(self, hoisted, start, steps, xs, stacks):
         """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[1:]
+        return self.stored([], hoisted, start, steps, xs, stacks, cond_jaxpr=counted)[1:]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
         """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
@@ -191,11 +206,11 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     npol = len(policy0)
 
     def forward_body(*args):
-        cc, hc, (bound,), (c, n, _), xs, policy, (pos,), slots, _ = split_list(
+        cc, hc, (bound,), (c, n, _), xs, policy, (pos,), slots, stacks = split_list(
             args, [ncc, nh, 1, 3, ncarry, npol, 1, ncarry])
         save, k, policy, pos = policy_step(c, policy, pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
-        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs)
+        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs, stacks)
         return [n + m, m, *xs, *policy, pos, *slots, *stacks]
 
     def forward_cond(*args):
@@ -306,8 +321,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     # A dconst given as a value (not linear) adds a constant: it has no cotangent.
     linear = [ad.is_undefined_primal(x) for x in dconsts]
     known = [x for x, lin in zip(dconsts, linear) if not lin]
-    nc, nh, ninv, nk, ncarry, nct = (len(consts), len(hoisted), len(inv), len(known),
-                                     len(slots), len(cts))
+    nc, nh, ninv, nk, ncarry, nstk, nct = (len(consts), len(hoisted), len(inv), len(known),
+                                           len(slots), len(stacks), len(cts))
 
     def dconsts_with(known):
         it = iter(known)
@@ -329,15 +344,15 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         return plan(steps[level], fine, h, order), [read_slot(s, order[level]) for s in slots]
 
     def body(*args):
-        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
-            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
+        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
+            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
         start = cur * S
         length = jnp.minimum(np.int32(S), n - start)
         # Chunk cur, from the restored carry: its next carry, and its rows (read
-        # only where it is reversed; pushed anyway: one loop less in the body).
-        x_next, stacks = chunks.recomputed(hc, start, length, xs)
+        # only where it is reversed; written anyway: one loop less in the body).
+        x_next, stacks = chunks.recomputed(hc, start, length, xs, stacks)
         ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
@@ -354,7 +369,7 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
         xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
-        return [new_state, new_steps, order, *slots, *xs, *ct, *acc]
+        return [new_state, new_steps, order, *slots, *xs, *stacks, *ct, *acc]
 
     def cond(n, i, state, *_):
         return [state[1] > 0]
@@ -365,7 +380,9 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
     steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
     state0, x0 = restore(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots)
-    carry0 = [state0, steps, order, *slots, *x0, *ct, *[d for d, lin in zip(dc, linear) if lin]]
+    # The forward's stacks, read, then rewritten in place by each recomputed chunk.
+    carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct,
+              *[d for d, lin in zip(dc, linear) if lin]]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in [*hoisted, *inv, *known, n]]
     _, *outs = functional_while(
@@ -375,10 +392,10 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "budget_gradient_body"),
         static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
-    ct_out, acc_out = split_list(outs[3 + 2 * ncarry:], [nct])
+    ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
-    return [None] * (3 + ncarry + nc + nh + ninv + len(stacks)) + [*ct_dconsts, *ct_out]
+    return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
 
 
 ad.primitive_transposes[budget_linear_while_p] = _transpose
