@@ -4,7 +4,7 @@ with respect to a closed-over W, D=256.
 Part 1: n=2048 actual steps, maximum_iterations=4096. whilst on JAX CPU and on
 IREE (local-sync, local-task) with a budget that stores every step
 (`gradient_memory=64 MiB`), and on JAX and IREE local-sync with the default
-budget (1 MiB: chunks of 340 steps stored, recomputed from checkpoints at their
+budget (1 MiB: chunks of 479 steps stored, recomputed from checkpoints at their
 starts), next to (a) `lax.scan` of
 exactly n steps and (b) equinox's `while_loop(kind="checkpointed",
 max_steps=4096)`, all in this process. Goal: whilst within 1.1x of the exact

@@ -78,6 +78,10 @@ def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them
     assert whilst.ir.DEFAULT_GRADIENT_MEMORY == 1 << 20
     assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
     assert checkpoints == 64
+    # The report counts a chunk's rows, which the budget's Whiles carry.
+    (chunk,) = whilst.residual_report(functools.partial(loss, n=7), X, W,
+                                      argnums=(0, 1)).loops
+    assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, row_bytes)
 
 
 @pytest.mark.parametrize("options, want_policy", [

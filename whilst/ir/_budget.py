@@ -49,6 +49,7 @@ own: `_checkpoint.py` linearizes with K checkpoints and no stored rows.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 
 import jax
@@ -73,6 +74,10 @@ from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
+# Where set, a list every chunked loop's `_Chunks` is appended to as it is
+# linearized (`whilst.residual_report`: its stacks are carries, not pushes).
+CHUNKED_LOOPS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "chunked_loops", default=None)
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
@@ -199,6 +204,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         return checkpointed_linearize(nzs, *primals, **loop, static_bound=static_bound,
                                       role=role, unroll=unroll, checkpoints=K)
     chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient_memory=gradient_memory)
+    if (seen := CHUNKED_LOOPS.get()) is not None:
+        seen.append(chunks)
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)

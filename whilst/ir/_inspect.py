@@ -8,6 +8,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
 
+from whilst.ir._budget import CHUNKED_LOOPS
 from whilst.ir._functional_while import functional_while_p
 
 
@@ -73,12 +74,18 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     """What reverse mode through `fn` stores per loop iteration.
 
     Traces `jax.grad(fn, argnums)(*args)` (`fn` returns a scalar) and lists,
-    for each forward While with accumulators, its residual stacks: shapes,
+    for each forward While with accumulators, and each loop that runs in
+    chunks past its `gradient_memory` (`max_iterations`: a chunk's steps), its
+    residual stacks: shapes,
     bytes per iteration and bytes in all (small residuals of one dtype share a
     stack, see `whilst.ir._packing`). Loop invariants (values computed from
     closed-over arrays only) are hoisted and do not appear here.
     """
-    closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
+    token = CHUNKED_LOOPS.set(chunked := [])
+    try:
+        closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
+    finally:
+        CHUNKED_LOOPS.reset(token)
     loops = []
     for eqn in iter_loops(closed.jaxpr):
         n_acc = eqn.params["accumulators"]
@@ -89,4 +96,9 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
             name=eqn.params["name"], role=eqn.params["role"],
             max_iterations=eqn.params["static_bound"],
             stack_shapes=tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in stacks)))
+    for chunks in chunked:   # a chunk's stacks, carried by the budget's Whiles
+        loops.append(LoopResiduals(
+            name=chunks.name, role="forward", max_iterations=chunks.S,
+            stack_shapes=tuple((tuple(a.shape), np.dtype(a.dtype).name)
+                               for a in chunks.stack_avals)))
     return ResidualReport(tuple(loops))
