@@ -131,12 +131,12 @@ def test_one_forward_and_one_gradient_while_over_chunks():
     """The forward While runs chunks of stored steps (3 here) and keeps K = 2
     checkpoints; the last chunk's stored gradient runs first, then one gradient
     While reverses the other chunks with no branch (no `stablehlo.case` on IREE):
-    its body runs a chunk's steps writing their rows, and their stored gradient. The constants' cotangents go through the loops in one
-    accumulator each (no sum after them; jax.grad with respect to w only)."""
+    its body runs a chunk's steps writing their rows, and their stored gradient.
+    The constants' cotangents go through the loops in one accumulator each (no
+    sum after them; jax.grad with respect to w only)."""
     grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
     jaxpr = jax.make_jaxpr(grad)(W).jaxpr
-    forward, last_chunk, chunks = [e for e in jaxpr.eqns
-                                   if e.primitive.name == "functional_while"]
+    forward, _, chunks = [e for e in jaxpr.eqns if e.primitive.name == "functional_while"]
     assert _loop_kinds(jaxpr) == [("forward", 2, 0, 0), ("gradient", None, 0, 1),
                                   ("gradient", 2, 0, 0)]
     assert _loop_kinds(forward.params["body_jaxpr"].jaxpr) == [("forward", None, 0, 0)]

@@ -46,6 +46,7 @@ from jax._src.api_util import debug_info
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
 # Exports lower threefry2x32 with its rounds unrolled (`threefry_rounds_unrolled`):
 # jax picks the rolled form for CPU, and lowering rules have no public registry.
+# (Both names checked in the 0.10.2 and 0.12.0.1 sources; not on 0.11.2.)
 from jax._src.interpreters.mlir import _platform_specific_lowerings
 from jax._src.random import threefry2x32 as _threefry2x32
 
@@ -113,10 +114,11 @@ def def_linearization(primitive, rule):
 @contextlib.contextmanager
 def threefry_rounds_unrolled():
     """Within the block, jax lowers `threefry2x32` for CPU with its 20 rounds
-    unrolled (its rule for other platforms), instead of in a 5-step loop. IREE 3.13 runs
-    a loop's steps from the host, and fails ("failed to solve for timepoint
-    coverage") on such a loop inside loop bodies nested two deep, as whilst's
-    chunked reverse mode nests a random loop body (tests/test_prng_keys.py)."""
+    unrolled (its rule for other platforms), not in a 5-step loop: IREE 3.13 runs
+    a loop's steps from the host, and iree-compile fails ("failed to solve for
+    timepoint coverage") on that loop in loop bodies nested two deep, where the
+    chunked reverse mode (`whilst.ir._budget`) puts a random loop body
+    (tests/test_prng_keys.py)."""
     # Without its CPU rule, jax uses threefry2x32's default one: unrolled rounds.
     saved = _platform_specific_lowerings["cpu"].pop(_threefry2x32.threefry2x32_p, None)
     try:

@@ -65,7 +65,8 @@ from whilst.ir._buffers import distinct_fill, uninitialized
 from whilst.ir._checkpoint import (
     checkpointed_linearize, expand_checkpointed_linear_while, read_slot, write_slot)
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
-from whilst.ir._functional_while import COUNTER_AVAL, UNBOUNDED, functional_while, split_operands
+from whilst.ir._functional_while import (
+    COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
 from whilst.ir._reverse import StepResiduals, transpose_linear_while
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
@@ -107,9 +108,9 @@ def _shifted(jaxpr, nconsts, name):
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Chunks:
     """The loops of one chunk of S steps, shared by the forward and gradient Whiles:
-    its steps writing their rows and their stored gradient. Holds
-    jaxprs and layout only (it is a parameter of `budget_linear_while_p`); the
-    values the loops read are passed in."""
+    its steps writing their rows, and their stored gradient. Holds jaxprs and
+    layout only (it is a parameter of `budget_linear_while_p`); the values the
+    loops read are passed in."""
     S: int
     name: str
     gradient_memory: int | None
@@ -124,7 +125,8 @@ class _Chunks:
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
              unroll, gradient_memory, **_):
         cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
-        primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts), f"{name}_chunk_primal")
+        primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
+                          f"{name}_chunk_primal")
         return cls(S, name, gradient_memory, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
                    min(unroll_factor(always_true([]), steps.lin_body, unroll), S))
@@ -162,11 +164,13 @@ class _Chunks:
             return call(cond_jaxpr or self.cond, *cc, start, i, *xs)
 
         carry_avals = [*self.carry_avals, *self.stack_avals]
-        h_avals, cc_avals = [jax.typeof(x) for x in hoisted], [jax.typeof(x) for x in cond_consts]
+        h_avals = [jax.typeof(x) for x in hoisted]
+        cc_avals = [jax.typeof(x) for x in cond_consts]
         m, *outs = functional_while(
             [*cond_consts, start], [*hoisted, start], limit, [*xs, *stacks],
-            cond_jaxpr=trace_closed(cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
-                                    f"{self.name}_chunk_cond"),
+            cond_jaxpr=trace_closed(
+                cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
+                f"{self.name}_chunk_cond"),
             body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                                     f"{self.name}_chunk_body"),
             static_bound=self.S, name=self.name, gradient_memory=self.gradient_memory)
@@ -206,7 +210,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient_memory=gradient_memory)
     if (seen := CHUNKED_LOOPS.get()) is not None:
         seen.append(chunks)
-    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    cond_consts, body_consts, bound, carry = split_operands(
+        primals, cond_nconsts, body_nconsts)
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
     policy0 = policy_init(K)

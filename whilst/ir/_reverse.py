@@ -304,8 +304,8 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
 
     def linearized(residuals, *tangents):
         n, inv, stk = split_list(residuals, [1, n_inv])
-        _, dconsts_in, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
-        dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts_in, const_nz) if nz]
+        _, dconsts, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
+        dconsts = [ad.instantiate_zeros(t) for t, nz in zip(dconsts, const_nz) if nz]
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out_iter = iter(linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=steps.lin_body,
