@@ -57,21 +57,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import apply_primitive, is_constant_shape, split_list
+from whilst._jax_compat import is_constant_shape, split_list
 from whilst.ir._buffers import distinct_fill, uninitialized
 from whilst.ir._checkpoint import (
-    checkpointed_linearize, expand_checkpointed_linear_while, read_slot, write_slot)
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
+    checkpointed_linearize, expand_checkpointed_linear_while, held_stack, restored,
+    schedule_state, with_level, write_slot)
+from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, UNBOUNDED, functional_while, split_operands)
+    COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
 from whilst.ir._reverse import StepResiduals, transpose_linear_while
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
-from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -269,8 +269,6 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
 
 budget_linear_while_p = Primitive("budget_linear_while")
 budget_linear_while_p.multiple_results = True
-budget_linear_while_p.def_impl(lambda *args, **params: apply_primitive(
-    budget_linear_while_p, *args, **params))
 budget_linear_while_p.def_abstract_eval(
     lambda *avals, chunks, carry_nz, **_: [
         a.to_tangent_aval() for a, nz in zip(chunks.carry_avals, carry_nz) if nz])
@@ -298,22 +296,7 @@ def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_n
         schedule_selected=False)
 
 
-def _linear_jvp(primals, tangents, **params):
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: expand_budget_linear_while(*a, **params),
-                   list(primals), tangents)
-
-
-def _linear_batch(args, dims, **params):
-    out = jax.vmap(lambda *a: expand_budget_linear_while(*a, **params),
-                   in_axes=tuple(dims))(*args)
-    return out, [0] * len(out)
-
-
-ad.primitive_jvps[budget_linear_while_p] = _linear_jvp
-batching.primitive_batchers[budget_linear_while_p] = _linear_batch
-mlir.register_lowering(budget_linear_while_p,
-                       mlir.lower_fun(expand_budget_linear_while, multiple_results=True))
+def_by_expansion(budget_linear_while_p, expand_budget_linear_while)
 
 
 # ------------------------------------------------------------- the gradient While
@@ -340,21 +323,6 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         it = iter(known)
         return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
 
-    def plan(top, fine, h, order):
-        """`[top, fine, target, h, store_slot]` at a checkpoint `top` with `h` slots
-        holding chunks before `fine` (`_checkpoint.py`'s `plan`)."""
-        free = K - h
-        L = fine - top
-        to_target = jnp.where((free > 0) & (L > free + 2), split(L, free + 1, K), 1)
-        target = top + to_target
-        target = jnp.where((free > 0) & (target < fine - 1), target, -1)
-        return jnp.stack([top, fine, target, h, order[jnp.minimum(h, K - 1)]]).astype(np.int32)
-
-    def restore(fine, h, steps, order, slots):
-        """`(state, xs)` at the latest checkpoint, level `h - 1` of the stack."""
-        level = jnp.maximum(h - 1, 0)
-        return plan(steps[level], fine, h, order), [read_slot(s, order[level]) for s in slots]
-
     def body(*args):
         hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
             args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk, nct])
@@ -368,16 +336,12 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
-        # Level h of the stack is free (the spare level K when all are held).
-        (new_steps,) = xla_cpu_choice(
-            lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
-            lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
-            steps, h, cur + 1)
+        new_steps = with_level(steps, h, cur + 1, K)
         # A turn frees the slot of chunk cur, if one holds it, and restores the latest.
         h_turned = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
-        turned, x_turned = restore(cur, h_turned, steps, order, slots)
+        turned, x_turned = restored(cur, h_turned, steps, order, slots, K, branched=False)
         new_state = jnp.where(turn, turned, jnp.where(
-            store_next, plan(cur + 1, fine, h + 1, order),
+            store_next, schedule_state(cur + 1, fine, h + 1, order, K, branched=False),
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
         xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
@@ -389,9 +353,9 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     # The forward's stacks hold the last chunk's rows: its stored gradient comes first.
     last = jnp.maximum(c - 1, 0)
     ct, dc = chunks.gradient(n - last * S, inv, stacks, dconsts, list(cts))
-    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
-    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
-    state0, x0 = restore(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots)
+    steps, order = held_stack(pos, K)
+    state0, x0 = restored(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots,
+                          K, branched=False)
     # The forward's stacks, read, then rewritten in place by each recomputed chunk.
     carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct,
               *[d for d, lin in zip(dc, linear) if lin]]

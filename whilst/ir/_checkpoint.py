@@ -65,15 +65,15 @@ import numpy as np
 from jax import lax
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import apply_primitive, jvp_jaxpr, merge_lists, partition_list, split_list
+from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, UNBOUNDED, functional_while, jvp_body, split_operands)
+    COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
 from whilst.ir._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
@@ -159,8 +159,6 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
 checkpointed_linear_while_p = Primitive("checkpointed_linear_while")
 checkpointed_linear_while_p.multiple_results = True
-checkpointed_linear_while_p.def_impl(lambda *args, **params: apply_primitive(
-    checkpointed_linear_while_p, *args, **params))
 checkpointed_linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
         a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
@@ -207,25 +205,67 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
     return outs[ncarry:]
 
 
-def _linear_jvp(primals, tangents, **params):
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: expand_checkpointed_linear_while(*a, **params),
-                   list(primals), tangents)
-
-
-def _linear_batch(args, dims, **params):
-    out = jax.vmap(lambda *a: expand_checkpointed_linear_while(*a, **params),
-                   in_axes=tuple(dims))(*args)
-    return out, [0] * len(out)
-
-
-ad.primitive_jvps[checkpointed_linear_while_p] = _linear_jvp
-batching.primitive_batchers[checkpointed_linear_while_p] = _linear_batch
-mlir.register_lowering(checkpointed_linear_while_p,
-                       mlir.lower_fun(expand_checkpointed_linear_while, multiple_results=True))
+def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
 
 
 # ------------------------------------------- the checkpointed gradient While
+
+# The schedule's state, shared with the budget's gradient While over chunks
+# (`_budget.py`): the held slots form a stack, `steps` (the step each level
+# holds, with a spare level K) and `order` (the slot of each level).
+
+def held_stack(pos, K):
+    """`(steps, order)`: the slots holding steps `pos` as a stack, earliest first."""
+    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+    return jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)]), order
+
+
+def schedule_state(top, fine, h, order, K, branched=True):
+    """`[top, fine, target, h, store_slot]`: the state at a checkpoint `top` with
+    `h` slots holding steps before `fine`. target is the step the reversal stores
+    at next (`top + split`, while a slot is free and that step lies before the
+    turn at `fine - 1`), else -1; store_slot the slot it goes to.
+
+    Up to free + 2 steps the split is 1 (store every step); `branched`, the
+    binomial one is computed only beyond, in a `lax.cond` (0 to 17% of the
+    re-plans in bench/checkpoint_table.py), else always, and selected."""
+    free = K - h
+    L = fine - top
+    binomial = (free > 0) & (L > free + 2)
+    if branched:
+        steps_to_target = schedule_branch(lambda p, L, s: lax.cond(
+            p, lambda L, s: split(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
+                binomial, L, free + 1)
+    else:
+        steps_to_target = jnp.where(binomial, split(L, free + 1, K), 1)
+    target = top + steps_to_target
+    target = jnp.where((free > 0) & (target < fine - 1), target, -1)
+    store_slot = order[jnp.minimum(h, K - 1)]
+    return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)
+
+
+def restored(fine, h, steps, order, slots, K, branched=True):
+    """`(state, xs)` restored from the latest checkpoint, level `h - 1` of the stack."""
+    level = jnp.maximum(h - 1, 0)
+    top_slot = order[level]
+    return (schedule_state(steps[level], fine, h, order, K, branched),
+            [read_slot(s, top_slot) for s in slots])
+
+
+def with_level(steps, h, step, K):
+    """`steps` with level `h` holding `step`: level h is free (the spare level K
+    when all are held). Portably an elementwise write rather than a
+    dynamic_update_slice: IREE 3.13 turns a loop with a data-dependent trip count
+    into the guarded do-while its stream conversion needs
+    (tests/test_iree_corpus.py::checkpoint_float_cond) only once it finds code to
+    hoist out of the body, such as the destination tensor of an elementwise op.
+    XLA:CPU writes the one entry."""
+    (steps,) = xla_cpu_choice(
+        lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
+        lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
+        steps, h, step)
+    return steps
+
 
 def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name,
                schedule_selected):
@@ -264,29 +304,6 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
     nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
 
-    def plan(top, fine, h, order):
-        """`[top, fine, target, h, store_slot]`: the state at a checkpoint `top` with
-        `h` slots holding steps before `fine`. target is the step the reversal stores
-        at next (`top + split`, while a slot is free and that step lies before the
-        turn at `fine - 1`), else -1; store_slot the slot it goes to."""
-        free = K - h
-        L = fine - top
-        # Up to free + 2 steps the split is 1 (store every step); the binomial one is
-        # computed only beyond (0 to 17% of the re-plans in bench/checkpoint_table.py).
-        steps_to_target = schedule_branch(lambda p, L, s: lax.cond(
-            p, lambda L, s: split(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
-                (free > 0) & (L > free + 2), L, free + 1)
-        target = top + steps_to_target
-        target = jnp.where((free > 0) & (target < fine - 1), target, -1)
-        store_slot = order[jnp.minimum(h, K - 1)]
-        return jnp.stack([top, fine, target, h, store_slot]).astype(np.int32)
-
-    def restore(fine, h, steps, order, slots):
-        """`(state, xs)` restored from the latest checkpoint, level `h - 1` of the stack."""
-        level = jnp.maximum(h - 1, 0)
-        top_slot = order[level]
-        return plan(steps[level], fine, h, order), [read_slot(s, top_slot) for s in slots]
-
     def step_vjp(cs, i, xs):
         """`(body(cs, i, xs), backward)`: one step forwards, and its vjp
         `ct -> (ct_x, ct_consts)` over the differentiated carries and constants."""
@@ -323,23 +340,14 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         store = cur + 1 == target          # never with turn: target < fine - 1
         if not xla_cpu:
             slots = [write_slot(s, store_slot, y, store) for s, y in zip(slots, operand)]
-        # Level h of the stack is free (the spare level K when all are held). Portably
-        # an elementwise write rather than a dynamic_update_slice: IREE 3.13 turns
-        # this loop into the guarded do-while its stream conversion needs (when the
-        # trip count is data-dependent, tests/test_iree_corpus.py::checkpoint_float_cond)
-        # only once it finds code to hoist out of the body, such as the destination
-        # tensor of an elementwise op. XLA:CPU writes the one entry.
-        (steps,) = xla_cpu_choice(
-            lambda steps, h, v: [lax.dynamic_update_index_in_dim(steps, v, h, 0)],
-            lambda steps, h, v: [jnp.where(lax.iota(np.int32, K + 1) == h, v, steps)],
-            steps, h, cur + 1)
+        steps = with_level(steps, h, cur + 1, K)
 
         def reverse(state, steps, slots, operand, ct, acc):
             # Reverse step cur, free the slot holding it, restore the latest one.
             ct, ct_c = step(operand)[1](ct)
             cur, h = state[0], state[3]
             h = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
-            state, xs = restore(cur, h, steps, order, slots)
+            state, xs = restored(cur, h, steps, order, slots, K)
             return state, xs, ct, [a + c for a, c in zip(acc, ct_c)]
 
         def advance(state, steps, slots, operand, ct, acc):
@@ -347,7 +355,8 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
 
         def advance_and_store(state, steps, slots, operand, ct, acc):
             # Step cur + 1 is the planned one, stored: re-plan from it.
-            return plan(state[0] + 1, state[1], state[3] + 1, order), step(operand)[0], ct, acc
+            return (schedule_state(state[0] + 1, state[1], state[3] + 1, order, K),
+                    step(operand)[0], ct, acc)
 
         which = jnp.where(turn, 0, jnp.where(store, 2, 1))
         state, xs, ct, acc = schedule_branch(lambda which, *operands: lax.switch(
@@ -371,9 +380,8 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         return [state[1] > 0]
 
     # The slots as a stack: level l holds the l-th earliest step (slot order[l]).
-    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
-    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
-    state0, x_init = restore(n, jnp.sum((pos < n).astype(np.int32)), steps, order, slots)
+    steps, order = held_stack(pos, K)
+    state0, x_init = restored(n, jnp.sum((pos < n).astype(np.int32)), steps, order, slots, K)
     carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in consts]

@@ -49,7 +49,7 @@ import jax
 from jax import lax
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching
+from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import (
@@ -118,6 +118,25 @@ def split_operands(operands, cond_nconsts, body_nconsts):
     cond_consts, body_consts, (bound,), carry = split_list(
         list(operands), [cond_nconsts, body_nconsts, 1])
     return cond_consts, body_consts, bound, carry
+
+
+def def_by_expansion(primitive, expand):
+    """Evaluation, forward mode, batching and lowering of a linear While primitive
+    (reverse mode's tangent side, before it is transposed) by its expansion
+    `expand(*operands, **params)` into functional Whiles."""
+    primitive.def_impl(lambda *args, **params: apply_primitive(primitive, *args, **params))
+
+    def jvp(primals, tangents, **params):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        return jax.jvp(lambda *a: expand(*a, **params), list(primals), tangents)
+
+    def batch(args, dims, **params):
+        out = jax.vmap(lambda *a: expand(*a, **params), in_axes=tuple(dims))(*args)
+        return out, [0] * len(out)
+
+    ad.primitive_jvps[primitive] = jvp
+    batching.primitive_batchers[primitive] = batch
+    mlir.register_lowering(primitive, mlir.lower_fun(expand, multiple_results=True))
 
 
 def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):

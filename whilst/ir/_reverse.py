@@ -55,14 +55,15 @@ import dataclasses
 
 import jax
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import (
-    apply_primitive, backward_pass, is_constant_shape, linearize_jaxpr, merge_lists,
+    backward_pass, is_constant_shape, linearize_jaxpr, merge_lists,
     partition_list, scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
-from whilst.ir._functional_while import COUNTER_AVAL, functional_while, split_operands
+from whilst.ir._functional_while import (
+    COUNTER_AVAL, def_by_expansion, functional_while, split_operands)
 from whilst.ir._packing import RowPacking
 from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
@@ -105,26 +106,11 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     return out
 
 
-linear_while_p.def_impl(lambda *args, **params: apply_primitive(
-    linear_while_p, *args, **params))
 linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
 
 
-def _linear_while_jvp(primals, tangents, **params):
-    tangents = [ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: expand_linear_while(*a, **params), list(primals), tangents)
-
-
-def _linear_while_batch(args, dims, **params):
-    out = jax.vmap(lambda *a: expand_linear_while(*a, **params), in_axes=tuple(dims))(*args)
-    return out, [0] * len(out)
-
-
-ad.primitive_jvps[linear_while_p] = _linear_while_jvp
-batching.primitive_batchers[linear_while_p] = _linear_while_batch
-mlir.register_lowering(linear_while_p,
-                       mlir.lower_fun(expand_linear_while, multiple_results=True))
+def_by_expansion(linear_while_p, expand_linear_while)
 
 
 def transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
