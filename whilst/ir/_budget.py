@@ -72,6 +72,7 @@ from whilst.ir._reverse import StepResiduals, transpose_linear_while
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -353,22 +354,37 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     # The forward's stacks hold the last chunk's rows: its stored gradient comes first.
     last = jnp.maximum(c - 1, 0)
     ct, dc = chunks.gradient(n - last * S, inv, stacks, dconsts, list(cts))
-    steps, order = held_stack(pos, K)
-    state0, x0 = restored(last, jnp.sum((pos < last).astype(np.int32)), steps, order, slots,
-                          K, branched=False)
-    # The forward's stacks, read, then rewritten in place by each recomputed chunk.
-    carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct,
-              *[d for d, lin in zip(dc, linear) if lin]]
-    carry_avals = [jax.typeof(x) for x in carry0]
+    acc = [d for d, lin in zip(dc, linear) if lin]
     const_avals = [jax.typeof(x) for x in [*hoisted, *inv, *known, n]]
-    _, *outs = functional_while(
-        [n], [*hoisted, *inv, *known, n], np.int32(UNBOUNDED), carry0,
-        cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_cond"),
-        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_body"),
-        static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
-    ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
+
+    def earlier_chunks(last, pos, *args):
+        """The gradient While over chunks `last - 1, .., 0` (no trips where last == 0)."""
+        slots, consts, stacks, ct_acc = split_list(
+            list(args), [ncarry, len(const_avals), nstk])
+        steps, order = held_stack(pos, K)
+        state0, x0 = restored(last, jnp.sum((pos < last).astype(np.int32)), steps, order,
+                              slots, K, branched=False)
+        # The forward's stacks, read, then rewritten in place by each recomputed chunk.
+        carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct_acc]
+        carry_avals = [jax.typeof(x) for x in carry0]
+        _, *outs = functional_while(
+            [consts[-1]], consts, np.int32(UNBOUNDED), carry0,
+            cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_cond"),
+            body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_body"),
+            static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
+        return outs[3 + 2 * ncarry + nstk:]
+
+    def guarded(last, pos, *args):
+        """XLA:CPU, where a branch is free: the While and its set-up only where the
+        loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10)."""
+        ct_acc = args[-(nct + len(acc)):] if nct + len(acc) else ()
+        return lax.cond(last > 0, earlier_chunks, lambda *a: list(ct_acc), last, pos, *args)
+
+    outs = xla_cpu_choice(guarded, earlier_chunks, last, pos, *slots, *hoisted, *inv, *known,
+                          n, *stacks, *ct, *acc)
+    ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
