@@ -41,17 +41,20 @@ from whilst.ir._rewrite import rewrite_equations
 Mode = lax.GatherScatterMode
 
 
-def device_indexing(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
+def device_indexing(jaxpr: ClosedJaxpr, host_inputs=()) -> ClosedJaxpr:
     """`jaxpr` with its row reads and writes at computed positions in the forms
-    of the module docstring; the same object when it has none."""
-    constant = _constants(jaxpr.jaxpr)
+    of the module docstring; the same object when it has none. `host_inputs`:
+    the indices of inputs the host computes (the counter of a loop tested on it
+    alone, a counted loop's): positions computed from them and constants keep
+    their slices, which IREE runs as copies at an offset the host knows."""
+    constant = _constants(jaxpr.jaxpr, [jaxpr.jaxpr.invars[j] for j in host_inputs])
     return rewrite_equations(jaxpr, lambda eqn: _rule(eqn, constant), "device_indexing")
 
 
-def _constants(jaxpr) -> set[int]:
-    """`id`s of the variables of `jaxpr` computed from literals and constants
-    alone (positions the compiler folds)."""
-    constant = {id(v) for v in jaxpr.constvars}
+def _constants(jaxpr, host=()) -> set[int]:
+    """`id`s of the variables of `jaxpr` computed from literals, constants and the
+    variables `host` alone (positions the compiler folds, or the host computes)."""
+    constant = {id(v) for v in [*jaxpr.constvars, *host]}
     for eqn in jaxpr.eqns:
         if all(isinstance(v, Literal) or id(v) in constant for v in eqn.invars):
             constant.update(id(v) for v in eqn.outvars)

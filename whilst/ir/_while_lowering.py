@@ -177,7 +177,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     consts, popped = split_pops(body_consts, pops)
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
-    cond_jaxpr, body_jaxpr, k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
+    cond_jaxpr, body_jaxpr, k = forms_k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
     if static_bound is not None:
         k = max(1, min(k, static_bound))  # more steps than the loop may take never run
     if pops:
@@ -197,6 +197,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     if trips is not None:  # `i < n` on a stepped counter: bounded by its trip count
         (steps_to_go,) = _subcomp(ctx, trips, name_stack.extend("trips"), *cond_consts, *carry)
         bound, counted = hlo.minimum(bound, steps_to_go), True
+    if ctx.module_context.lowering_parameters.for_export:
+        cond_jaxpr, body_jaxpr = _indexing_forms(*forms_k, body_nconsts if counted else None)
 
     def predicate(i, xs):
         in_bound = _less(i, bound)
@@ -487,26 +489,39 @@ def _from_storage(ctx, values, avals, storage):
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
     if given; otherwise automatic when exporting (for IREE, which pays per
-    iteration, `exported_loop_forms`) and 1 under `jax.jit` (XLA gains little
-    and compiles longer)."""
+    iteration, `exported_loop_forms` before its indexing forms) and 1 under
+    `jax.jit` (XLA gains little and compiles longer)."""
     if not ctx.module_context.lowering_parameters.for_export:
         return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
-    return exported_loop_forms(cond_jaxpr, body_jaxpr, unroll)
+    return _loop_forms(cond_jaxpr, body_jaxpr, unroll)
 
 
 def exported_loop_forms(cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)` as an exported loop emits them: the bodies
     with their `lax.scan`s unrolled (`unrolled_scans`), in the forms IREE 3.13
-    compiles and runs as XLA does (`export_forms`), and k = `unroll_factor`; those
-    that run k > 1 steps read and write small arrays at computed positions by
-    one-hot selects (`_onehot.py`), which IREE 3.13 compiles unrolled, and those
-    that run one step read and write rows there by gathers and scatters
-    (`_device_indexing.py`), which IREE 3.13 indexes without a readback."""
+    compiles and runs as XLA does (`export_forms`), and k = `unroll_factor`; then
+    their indexing forms (`_indexing_forms`)."""
+    cond_jaxpr, body_jaxpr, k = _loop_forms(cond_jaxpr, body_jaxpr, unroll)
+    return (*_indexing_forms(cond_jaxpr, body_jaxpr, k), k)
+
+
+def _loop_forms(cond_jaxpr, body_jaxpr, unroll):
     cond_jaxpr, body_jaxpr = (export_forms(unrolled_scans(j)) for j in (cond_jaxpr, body_jaxpr))
-    k = unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+    return cond_jaxpr, body_jaxpr, unroll_factor(cond_jaxpr, body_jaxpr, unroll)
+
+
+def _indexing_forms(cond_jaxpr, body_jaxpr, k, counter=None):
+    """Bodies that run k > 1 steps read and write small arrays at computed
+    positions by one-hot selects (`_onehot.py`), which IREE 3.13 compiles
+    unrolled; those that run one step read and write rows there by gathers and
+    scatters (`_device_indexing.py`), which IREE 3.13 indexes without a
+    readback, except at positions computed from the body's input `counter`
+    (a counted loop's counter, which IREE keeps on the host: a chunk of
+    `_budget.py` writes its rows at it, 2 dispatches per step rather than 6)."""
     if k == 1:
-        return device_indexing(cond_jaxpr), device_indexing(body_jaxpr), 1
-    return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr), k
+        return (device_indexing(cond_jaxpr),
+                device_indexing(body_jaxpr, () if counter is None else (counter,)))
+    return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
 
 
 def _row_start(ctx, row, ndim):
