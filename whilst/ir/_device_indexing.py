@@ -26,7 +26,10 @@ selects): their own equations and those of their conds' branches (the
 checkpointed gradient While's schedule: 13 readbacks in its body -> 5), not
 those of a `lax.scan` inside, whose positions count on the host. Positions
 computed from literals and constants alone keep the slices too: IREE folds
-them (the CG sample's gradient took 7 more dispatches per step as scatters).
+them (the CG sample's gradient took 7 more dispatches per step as scatters);
+and so do those computed from them and a counted loop's counter, which IREE
+keeps on the host (a chunk of `_budget.py` writing its rows: 6 dispatches per
+step as scatters, 2 as slices).
 """
 from __future__ import annotations
 

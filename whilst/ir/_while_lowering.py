@@ -516,8 +516,7 @@ def _indexing_forms(cond_jaxpr, body_jaxpr, k, counter=None):
     unrolled; those that run one step read and write rows there by gathers and
     scatters (`_device_indexing.py`), which IREE 3.13 indexes without a
     readback, except at positions computed from the body's input `counter`
-    (a counted loop's counter, which IREE keeps on the host: a chunk of
-    `_budget.py` writes its rows at it, 2 dispatches per step rather than 6)."""
+    (a counted loop's counter, which IREE keeps on the host)."""
     if k == 1:
         return (device_indexing(cond_jaxpr),
                 device_indexing(body_jaxpr, () if counter is None else (counter,)))
