@@ -33,9 +33,10 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
-An advance writes rows it does not need (so the body holds two loops, not
-three); with c <= K chunks the forward stored every chunk's start and no chunk
-is advanced. The stacks are one buffer, carried by both Whiles and by the loops
+On XLA:CPU, where a branch costs nothing, the gradient While and its set-up run
+under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows it does not
+need (so the body holds two loops, not three); with c <= K chunks the forward
+stored every chunk's start and no chunk is advanced. The stacks are one buffer, carried by both Whiles and by the loops
 of a chunk, which write them in place: IREE 3.13 copies the stacks of a loop
 nested in a loop body that pushes rows itself (`_stacks.py`) at every step
 (1 MiB of stacks cost n = 10 steps of bench/grad_tanh.py 3.5x the time).
