@@ -36,10 +36,11 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
 On XLA:CPU, where a branch costs nothing, the gradient While and its set-up run
 under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows it does not
 need (so the body holds two loops, not three); with c <= K chunks the forward
-stored every chunk's start and no chunk is advanced. The stacks are one buffer, carried by both Whiles and by the loops
-of a chunk, which write them in place: IREE 3.13 copies the stacks of a loop
-nested in a loop body that pushes rows itself (`_stacks.py`) at every step
-(1 MiB of stacks cost n = 10 steps of bench/grad_tanh.py 3.5x the time).
+stored every chunk's start and no chunk is advanced. The stacks are one buffer,
+carried by both Whiles and by the loops of a chunk, which write them in place:
+IREE 3.13 copies the stacks of a loop nested in a loop body that pushes rows
+itself (`_stacks.py`) at every step (1 MiB of stacks cost n = 10 steps of
+bench/grad_tanh.py 3.5x the time).
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -64,8 +65,8 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import is_constant_shape, split_list
 from whilst.ir._buffers import distinct_fill, uninitialized
 from whilst.ir._checkpoint import (
-    checkpointed_linearize, expand_checkpointed_linear_while, held_stack, restored,
-    schedule_state, with_level, write_slot)
+    checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
+    turned, with_level, write_slot)
 from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
@@ -339,10 +340,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
         new_steps = with_level(steps, h, cur + 1, K)
-        # A turn frees the slot of chunk cur, if one holds it, and restores the latest.
-        h_turned = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
-        turned, x_turned = restored(cur, h_turned, steps, order, slots, K, branched=False)
-        new_state = jnp.where(turn, turned, jnp.where(
+        state_turned, x_turned = turned(cur, h, steps, order, slots, K, branched=False)
+        new_state = jnp.where(turn, state_turned, jnp.where(
             store_next, schedule_state(cur + 1, fine, h + 1, order, K, branched=False),
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
@@ -362,9 +361,7 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         """The gradient While over chunks `last - 1, .., 0` (no trips where last == 0)."""
         slots, consts, stacks, ct_acc = split_list(
             list(args), [ncarry, len(const_avals), nstk])
-        steps, order = held_stack(pos, K)
-        state0, x0 = restored(last, jnp.sum((pos < last).astype(np.int32)), steps, order,
-                              slots, K, branched=False)
+        state0, steps, order, x0 = schedule_start(last, pos, slots, K, branched=False)
         # The forward's stacks, read, then rewritten in place by each recomputed chunk.
         carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct_acc]
         carry_avals = [jax.typeof(x) for x in carry0]
@@ -380,8 +377,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     def guarded(last, pos, *args):
         """XLA:CPU, where a branch is free: the While and its set-up only where the
         loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10)."""
-        ct_acc = args[-(nct + len(acc)):] if nct + len(acc) else ()
-        return lax.cond(last > 0, earlier_chunks, lambda *a: list(ct_acc), last, pos, *args)
+        ct_acc = list(args[len(args) - nct - len(acc):])
+        return lax.cond(last > 0, earlier_chunks, lambda *_: ct_acc, last, pos, *args)
 
     outs = xla_cpu_choice(guarded, earlier_chunks, last, pos, *slots, *hoisted, *inv, *known,
                           n, *stacks, *ct, *acc)

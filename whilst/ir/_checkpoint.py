@@ -214,12 +214,6 @@ def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
 # (`_budget.py`): the held slots form a stack, `steps` (the step each level
 # holds, with a spare level K) and `order` (the slot of each level).
 
-def held_stack(pos, K):
-    """`(steps, order)`: the slots holding steps `pos` as a stack, earliest first."""
-    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
-    return jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)]), order
-
-
 def schedule_state(top, fine, h, order, K, branched=True):
     """`[top, fine, target, h, store_slot]`: the state at a checkpoint `top` with
     `h` slots holding steps before `fine`. target is the step the reversal stores
@@ -250,6 +244,24 @@ def restored(fine, h, steps, order, slots, K, branched=True):
     top_slot = order[level]
     return (schedule_state(steps[level], fine, h, order, K, branched),
             [read_slot(s, top_slot) for s in slots])
+
+
+def schedule_start(fine, pos, slots, K, branched=True):
+    """`(state, steps, order, xs)` that reverse steps `fine - 1, .., 0` from the
+    slots holding steps `pos` (EMPTY where free): those as a stack, earliest
+    first, and the state restored from the latest before `fine`."""
+    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+    state, xs = restored(fine, jnp.sum((pos < fine).astype(np.int32)), steps, order, slots,
+                         K, branched)
+    return state, steps, order, xs
+
+
+def turned(cur, h, steps, order, slots, K, branched=True):
+    """`restored` once step `cur` is reversed: the slot holding it, if one does,
+    is freed first."""
+    h = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
+    return restored(cur, h, steps, order, slots, K, branched)
 
 
 def with_level(steps, h, step, K):
@@ -346,8 +358,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             # Reverse step cur, free the slot holding it, restore the latest one.
             ct, ct_c = step(operand)[1](ct)
             cur, h = state[0], state[3]
-            h = h - (steps[jnp.maximum(h - 1, 0)] >= cur).astype(np.int32)
-            state, xs = restored(cur, h, steps, order, slots, K)
+            state, xs = turned(cur, h, steps, order, slots, K)
             return state, xs, ct, [a + c for a, c in zip(acc, ct_c)]
 
         def advance(state, steps, slots, operand, ct, acc):
@@ -380,8 +391,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         return [state[1] > 0]
 
     # The slots as a stack: level l holds the l-th earliest step (slot order[l]).
-    steps, order = held_stack(pos, K)
-    state0, x_init = restored(n, jnp.sum((pos < n).astype(np.int32)), steps, order, slots, K)
+    state0, steps, order, x_init = schedule_start(n, pos, slots, K)
     carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
     carry_avals = [jax.typeof(x) for x in carry0]
     const_avals = [jax.typeof(x) for x in consts]
