@@ -33,8 +33,8 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
-On XLA:CPU, where a branch costs nothing, the gradient While and its set-up run
-under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows it does not
+On XLA:CPU, where a branch costs nothing, the schedule's start (a sort and a
+restore) runs under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows it does not
 need (so the body holds two loops, not three); with c <= K chunks the forward
 stored every chunk's start and no chunk is advanced. The stacks are one buffer,
 carried by both Whiles and by the loops of a chunk, which write them in place:
@@ -355,34 +355,33 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     last = jnp.maximum(c - 1, 0)
     ct, dc = chunks.gradient(n - last * S, inv, stacks, dconsts, list(cts))
     acc = [d for d, lin in zip(dc, linear) if lin]
-    const_avals = [jax.typeof(x) for x in [*hoisted, *inv, *known, n]]
 
-    def earlier_chunks(last, pos, *args):
-        """The gradient While over chunks `last - 1, .., 0` (no trips where last == 0)."""
-        slots, consts, stacks, ct_acc = split_list(
-            list(args), [ncarry, len(const_avals), nstk])
-        state0, steps, order, x0 = schedule_start(last, pos, slots, K, branched=False)
-        # The forward's stacks, read, then rewritten in place by each recomputed chunk.
-        carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct_acc]
-        carry_avals = [jax.typeof(x) for x in carry0]
-        _, *outs = functional_while(
-            [consts[-1]], consts, np.int32(UNBOUNDED), carry0,
-            cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
-                                    "budget_gradient_cond"),
-            body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                    "budget_gradient_body"),
-            static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
-        return outs[3 + 2 * ncarry + nstk:]
+    def started(last, pos, *slots):
+        state, steps, order, xs = schedule_start(last, pos, slots, K, branched=False)
+        return [state, steps, order, *xs]
 
-    def guarded(last, pos, *args):
-        """XLA:CPU, where a branch is free: the While and its set-up only where the
-        loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10)."""
-        ct_acc = list(args[len(args) - nct - len(acc):])
-        return lax.cond(last > 0, earlier_chunks, lambda *_: ct_acc, last, pos, *args)
+    def guarded_start(last, pos, *slots):
+        """XLA:CPU, where a branch is free: the start (a sort and a restore) only
+        where the loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10);
+        otherwise a state whose While takes no trip (`fine`, state[1], is 0)."""
+        avals = jax.eval_shape(started, last, pos, *slots)
+        return lax.cond(last > 0, started, lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
+                        last, pos, *slots)
 
-    outs = xla_cpu_choice(guarded, earlier_chunks, last, pos, *slots, *hoisted, *inv, *known,
-                          n, *stacks, *ct, *acc)
-    ct_out, acc_out = split_list(outs, [nct])
+    # The gradient While over chunks `last - 1, .., 0` (no trips where last == 0).
+    # The forward's stacks, read above, are rewritten in place by each recomputed chunk.
+    state0, steps, order, *x0 = xla_cpu_choice(guarded_start, started, last, pos, *slots)
+    carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct, *acc]
+    consts = [*hoisted, *inv, *known, n]
+    const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
+    _, *outs = functional_while(
+        [n], consts, np.int32(UNBOUNDED), carry0,
+        cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
+                                "budget_gradient_cond"),
+        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
+                                "budget_gradient_body"),
+        static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
+    ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
