@@ -34,9 +34,9 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
 On XLA:CPU, where a branch costs nothing, the schedule's start (a sort and a
-restore) runs under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows it does not
-need (so the body holds two loops, not three); with c <= K chunks the forward
-stored every chunk's start and no chunk is advanced. The stacks are one buffer,
+restore) runs under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows
+it does not need (so the body holds two loops, not three); with c <= K chunks the
+forward stored every chunk's start and no chunk is advanced. The stacks are one buffer,
 carried by both Whiles and by the loops of a chunk, which write them in place:
 IREE 3.13 copies the stacks of a loop nested in a loop body that pushes rows
 itself (`_stacks.py`) at every step (1 MiB of stacks cost n = 10 steps of
@@ -365,7 +365,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         where the loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10);
         otherwise a state whose While takes no trip (`fine`, state[1], is 0)."""
         avals = jax.eval_shape(started, last, pos, *slots)
-        return lax.cond(last > 0, started, lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
+        return lax.cond(last > 0, started,
+                        lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
                         last, pos, *slots)
 
     # The gradient While over chunks `last - 1, .., 0` (no trips where last == 0).
