@@ -33,11 +33,11 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
-On XLA:CPU, where a branch costs nothing, the schedule's start (a sort and a
-restore) runs under `lax.cond(c > 1)` (`xla_cpu_choice`). An advance writes rows
-it does not need (so the body holds two loops, not three); with c <= K chunks the
-forward stored every chunk's start and no chunk is advanced. The stacks are one buffer,
-carried by both Whiles and by the loops of a chunk, which write them in place:
+The schedule's start (a sort and a restore) runs under `lax.cond(c > 1)`: a loop
+that ended in its first chunk skips it. An advance writes rows it does not need
+(so the body holds two loops, not three); with c <= K chunks the forward stored
+every chunk's start and no chunk is advanced. The stacks are one buffer, carried
+by both Whiles and by the loops of a chunk, which write them in place:
 IREE 3.13 copies the stacks of a loop nested in a loop body that pushes rows
 itself (`_stacks.py`) at every step (1 MiB of stacks cost n = 10 steps of
 bench/grad_tanh.py 3.5x the time).
@@ -74,7 +74,6 @@ from whilst.ir._reverse import StepResiduals, transpose_linear_while
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
-from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -360,18 +359,16 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         state, steps, order, xs = schedule_start(last, pos, slots, K, branched=False)
         return [state, steps, order, *xs]
 
-    def guarded_start(last, pos, *slots):
-        """XLA:CPU, where a branch is free: the start (a sort and a restore) only
-        where the loop ran past its first chunk (bench/grad_tanh.py part 2: n = 10);
-        otherwise a state whose While takes no trip (`fine`, state[1], is 0)."""
-        avals = jax.eval_shape(started, last, pos, *slots)
-        return lax.cond(last > 0, started,
-                        lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
-                        last, pos, *slots)
-
-    # The gradient While over chunks `last - 1, .., 0` (no trips where last == 0).
-    # The forward's stacks, read above, are rewritten in place by each recomputed chunk.
-    state0, steps, order, *x0 = xla_cpu_choice(guarded_start, started, last, pos, *slots)
+    # The gradient While over chunks `last - 1, .., 0`. Its start (a sort and a
+    # restore: on IREE 15 dispatches and 7 readbacks) runs only where the loop ran
+    # past its first chunk; otherwise a state whose While takes no trip (`fine`,
+    # state[1], is 0). bench/grad_tanh.py part 2 (n = 10): 40 us less on IREE, 25
+    # on XLA:CPU. The forward's stacks, read above, are then rewritten in place by
+    # each recomputed chunk.
+    avals = jax.eval_shape(started, last, pos, *slots)
+    state0, steps, order, *x0 = lax.cond(
+        last > 0, started, lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
+        last, pos, *slots)
     carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct, *acc]
     consts = [*hoisted, *inv, *known, n]
     const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
