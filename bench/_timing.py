@@ -1,7 +1,7 @@
 """Timing and memory measurement shared by the bench/ scripts.
 
 `measure` takes the wall-clock median of repeated calls after warm-up, running
-the variants of one comparison round-robin in this process, so that drift on a
+the variants of one comparison in rounds in this process, so that drift on a
 noisy machine hits all of them alike. `table` prints the figures with ratios.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import random
 import statistics
 import time
 from typing import Any, Callable
@@ -50,7 +51,10 @@ def measure(calls: dict[str, Callable[[], Any]], *, warmup: int = 2, budget_s: f
     work pays for waking XLA:CPU's worker thread (measured on the 2-core
     machine, 2026-11-24: a 0.1 ms gradient took 0.13 ms after 0.4 ms of IREE
     calls, 0.33 ms after 40 ms, 5 ms after one 90 ms IREE call), which a program
-    called in a loop does not.
+    called in a loop does not. The variants' order is shuffled each round
+    (seeded): in a fixed order each variant always follows the same one, and
+    grad_tanh.py part 2's variants timed two identical programs at 1.36x and
+    1.21x of a third, against 1.28x and 1.27x shuffled (one process, 2026-11-25).
     """
     estimate = 0.0
     for fn in calls.values():
@@ -61,8 +65,10 @@ def measure(calls: dict[str, Callable[[], Any]], *, warmup: int = 2, budget_s: f
         estimate += 2 * last
     repeats = int(min(max_repeats, max(min_repeats, budget_s / max(estimate, 1e-9))))
     samples = {name: [] for name in calls}
+    order, rng = list(calls.items()), random.Random(0)
     for _ in range(repeats):
-        for name, fn in calls.items():
+        rng.shuffle(order)
+        for name, fn in order:
             fn()
             t = time.perf_counter()
             fn()
