@@ -77,8 +77,9 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     for each forward While with accumulators, and each loop that runs in
     chunks past its `gradient_memory` (`max_iterations`: a chunk's steps), its
     residual stacks: shapes, bytes per iteration and bytes in all (small
-    residuals of one dtype share a stack, see `whilst.ir._packing`). Loop invariants (values computed from
-    closed-over arrays only) are hoisted and do not appear here.
+    residuals of one dtype share a stack, see `whilst.ir._packing`). Loop
+    invariants (values computed from closed-over arrays only) are hoisted and do
+    not appear here.
     """
     token = CHUNKED_LOOPS.set(chunked := [])
     try:

@@ -177,7 +177,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     consts, popped = split_pops(body_consts, pops)
     ncarry = len(carry)
     name_stack = ctx.name_stack.extend(name)
-    cond_jaxpr, body_jaxpr, k = forms_k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
+    cond_jaxpr, body_jaxpr, forms_k = _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll)
+    k = forms_k  # the forms are chosen for forms_k steps; k may be lowered below
     if static_bound is not None:
         k = max(1, min(k, static_bound))  # more steps than the loop may take never run
     if pops:
@@ -198,7 +199,8 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         (steps_to_go,) = _subcomp(ctx, trips, name_stack.extend("trips"), *cond_consts, *carry)
         bound, counted = hlo.minimum(bound, steps_to_go), True
     if ctx.module_context.lowering_parameters.for_export:
-        cond_jaxpr, body_jaxpr = _indexing_forms(*forms_k, body_nconsts if counted else None)
+        cond_jaxpr, body_jaxpr = _indexing_forms(cond_jaxpr, body_jaxpr, forms_k,
+                                                 body_nconsts if counted else None)
 
     def predicate(i, xs):
         in_bound = _less(i, bound)
