@@ -8,6 +8,7 @@ stacked by shape (`ZeroStarted`).
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
@@ -28,12 +29,34 @@ ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
     Zero(ShapedArray(params["shape"], params["dtype"]).to_tangent_aval()))
 
 
+try:  # built by setup.py where a C compiler is found
+    from whilst._uninitialized_cpu import handler as _unwritten_cpu_handler
+except ImportError:
+    _unwritten_cpu_handler = None
+UNWRITTEN_CPU_TARGET = "whilst_unwritten"
+if _unwritten_cpu_handler is not None:
+    jax.ffi.register_ffi_target(UNWRITTEN_CPU_TARGET, _unwritten_cpu_handler, platform="cpu")
+
+
 def uninitialized_value(ctx, aval):
-    """Lowering: zeros of `aval`, tagged so that the IREE preparation can make them
-    `tensor.empty` (residual stacks, see `uninitialized`)."""
+    """Lowering of an array of `aval` whose contents are never read before they are
+    written (residual stacks, see `uninitialized`): under `jax.jit` on CPU, left
+    unwritten (`_unwritten_cpu`); otherwise zeros, tagged so that the IREE
+    preparation makes them `tensor.empty`."""
+    if (_unwritten_cpu_handler is not None and ctx.module_context.platforms == ("cpu",)
+            and not ctx.module_context.lowering_parameters.for_export):
+        return _unwritten_cpu(ctx, aval)
     out = broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), aval.dtype)), aval,
                            broadcast_dimensions=[])
     out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
+    return out
+
+
+def _unwritten_cpu(ctx, aval):
+    """A custom call of `whilst._uninitialized_cpu`'s handler, which writes nothing
+    into the buffer XLA gives its result (XLA:CPU has no op for that)."""
+    (out,) = jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET)(ctx.replace(avals_in=[],
+                                                                   avals_out=[aval]))
     return out
 
 
@@ -48,10 +71,10 @@ mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
 def uninitialized(shape, dtype):
     """An array whose contents are never read before they are written.
 
-    Lowered as zeros tagged `whilst.uninitialized`, which the IREE preparation
-    turns into `tensor.empty`: a residual stack then costs no fill, whatever
-    `maximum_iterations` is. Two of one type feeding one loop would become one
-    buffer on IREE, so callers give each a type of its own.
+    Lowered by `uninitialized_value`: under `jax.jit` on CPU it is left unwritten,
+    and exports give IREE a `tensor.empty`, so a residual stack costs no fill,
+    whatever `maximum_iterations` is. Two of one type feeding one loop would
+    become one buffer on IREE, so callers give each a type of its own.
     """
     return uninitialized_p.bind(shape=tuple(shape), dtype=np.dtype(dtype))
 
