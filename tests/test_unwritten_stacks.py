@@ -1,9 +1,9 @@
-"""Residual stacks start unwritten under jax.jit on CPU (a custom call of
-whilst._uninitialized_cpu instead of a fill of maximum_iterations rows), so every
-row a gradient reads must have been written first. The poisoned tests fill the
-stacks with NaN (the dtype's largest value for integers) instead: a row read
-before it is written would show in the gradient. Oracles: jax.grad of the loop
-unrolled in Python."""
+"""Residual stacks and checkpoint slots start unwritten under jax.jit on CPU (a
+custom call of whilst._uninitialized_cpu instead of a fill of maximum_iterations
+rows), so every row a gradient reads must have been written first. The poisoned
+tests fill them with NaN (the dtype's largest value for integers) instead: a row
+read before it is written would show in the gradient. Oracles: jax.grad of the
+loop unrolled in Python."""
 import functools
 
 import jax
@@ -39,13 +39,13 @@ def oracle(x, w, n):
     return jnp.sum(x ** 2)
 
 
-def _poison(ctx, aval):
-    """A fill any read would show: NaN, the largest integer, or True."""
-    dtype = np.dtype(aval.dtype)
-    fill = (np.nan if np.issubdtype(dtype, np.inexact) else
-            np.iinfo(dtype).max if np.issubdtype(dtype, np.integer) else True)
-    return broadcast_in_dim(ctx, mlir.ir_constant(np.array(fill, dtype)), aval,
-                            broadcast_dimensions=[])
+def _poison(ctx, avals):
+    """Fills any read would show: NaN, the largest integer, or True."""
+    def fill(dtype):
+        return (np.nan if np.issubdtype(dtype, np.inexact) else
+                np.iinfo(dtype).max if np.issubdtype(dtype, np.integer) else True)
+    return [broadcast_in_dim(ctx, mlir.ir_constant(np.array(fill(a.dtype), a.dtype)), a,
+                             broadcast_dimensions=[]) for a in avals]
 
 
 @pytest.fixture
@@ -129,5 +129,8 @@ def test_stacks_are_left_unwritten_under_jit_and_empty_in_exports():
 
 
 def test_the_poison_shows_a_read(poisoned_stacks):
-    """The check above can fail: a stack read before any write is NaN."""
-    assert np.isnan(jax.jit(lambda: _buffers.uninitialized((3,), np.float32) + 1)()).all()
+    """The checks above can fail: a stack read before any write is NaN."""
+    def read_unwritten():
+        (stack,) = _buffers.uninitialized([jax.ShapeDtypeStruct((3,), np.float32)])
+        return stack + 1
+    assert np.isnan(jax.jit(read_unwritten)()).all()

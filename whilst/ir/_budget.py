@@ -63,7 +63,7 @@ from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_constant_shape, split_list
-from whilst.ir._buffers import distinct_fill, uninitialized
+from whilst.ir._buffers import uninitialized
 from whilst.ir._checkpoint import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
@@ -199,6 +199,21 @@ class _Chunks:
 
 # ------------------------------------------------------------- (a) the forward While
 
+def _packed_policy(policy):
+    """The online policy's state (`policy_init`: scalars, levels, dispensable) as one
+    int32 vector: the forward While starts it from one buffer. XLA:CPU's executor
+    hands a program's first thunks to its thread pool (and its caller waits, 35-130
+    us) when more than 8 are ready at once; a budget gradient's separate starting
+    arrays made 13 of grad_tanh's (now 8)."""
+    scalars, levels, dispensable = policy
+    return jnp.concatenate([scalars, levels, jnp.asarray(dispensable, np.int32)])
+
+
+def _unpacked_policy(ints, K):
+    scalars, levels, dispensable = jnp.split(ints, np.cumsum([5, K]))
+    return [scalars, levels, dispensable != 0]
+
+
 def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body_jaxpr,
                      cond_nconsts, body_nconsts, static_bound, name, role, unroll,
                      gradient_memory):
@@ -216,30 +231,30 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         primals, cond_nconsts, body_nconsts)
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
-    policy0 = policy_init(K)
-    npol = len(policy0)
 
     def forward_body(*args):
-        cc, hc, (bound,), (c, n, _), xs, policy, (pos,), slots, stacks = split_list(
-            args, [ncc, nh, 1, 3, ncarry, npol, 1, ncarry])
-        save, k, policy, pos = policy_step(c, policy, pos, K)
+        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, stacks = split_list(
+            args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
+        save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
         m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs, stacks)
-        return [n + m, m, *xs, *policy, pos, *slots, *stacks]
+        return [n + m, m, _packed_policy(policy), *xs, pos, *slots, *stacks]
 
     def forward_cond(*args):
-        cc, (bound,), (_, n, m), xs, _ = split_list(args, [ncc, 1, 3, ncarry])
+        cc, (bound,), (_, n, m, _), xs, _ = split_list(args, [ncc, 1, 4, ncarry])
         (more,) = call(cond_jaxpr, *cc, n, *xs)
         return [(m == S) & (n < bound) & more]
 
-    init = [np.int32(0), np.int32(S), *carry, *[jnp.asarray(x) for x in policy0],
+    # Slots and stacks start unwritten, from one op (see `_packed_policy`); exported,
+    # the slots start from distinct fills and the stacks as `tensor.empty`.
+    slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype) for a in chunks.carry_avals]
+    init = [np.int32(0), np.int32(S), _packed_policy(policy_init(K)), *carry,
             jnp.full((K,), EMPTY, np.int32),
-            *[distinct_fill((K, *a.shape), a.dtype, j)
-              for j, a in enumerate(chunks.carry_avals)],
-            *[uninitialized(a.shape, a.dtype) for a in chunks.stack_avals]]
+            *uninitialized([*slot_avals, *chunks.stack_avals],
+                           [*range(ncarry), *[None] * len(chunks.stack_avals)])]
     cc_avals, h_avals = [jax.typeof(x) for x in cond_consts], [jax.typeof(x) for x in hoisted]
     state_avals = [jax.typeof(x) for x in init]
-    c, n, _, *outs = functional_while(
+    c, n, _, _, *outs = functional_while(
         [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
         cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
                                                *state_avals], "budget_forward_cond"),
@@ -248,7 +263,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                 "budget_forward_body"),
         static_bound=None if static_bound is None else -(-static_bound // S),
         name=name, role=role, checkpoints=K)
-    carry_out, _, (pos,), slots, stacks = split_list(outs, [ncarry, npol, 1, ncarry])
+    carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
     residuals = [n, c, pos, *slots, *body_consts, *hoisted, *steps.invariants, *stacks]

@@ -3,8 +3,8 @@
 IREE 3.13 gives two carries of one `stablehlo.while` a single buffer when they
 start from equal values (see whilst.lowering._iree). So residual stacks start
 `uninitialized` and are each of a distinct type, checkpoint slots start from a
-fill that is distinct per buffer, and carries that must start at zero are
-stacked by shape (`ZeroStarted`).
+fill that is distinct per buffer (in exports; unwritten under `jax.jit` on
+CPU), and carries that must start at zero are stacked by shape (`ZeroStarted`).
 """
 from __future__ import annotations
 
@@ -21,14 +21,6 @@ from whilst._jax_compat import apply_primitive, broadcast_in_dim
 
 UNINITIALIZED_ATTR = "whilst.uninitialized"
 
-uninitialized_p = Primitive("uninitialized")
-uninitialized_p.def_impl(lambda **params: apply_primitive(uninitialized_p, **params))
-uninitialized_p.def_abstract_eval(lambda *, shape, dtype: ShapedArray(shape, dtype))
-ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
-    uninitialized_p.bind(**params),
-    Zero(ShapedArray(params["shape"], params["dtype"]).to_tangent_aval()))
-
-
 try:  # built by setup.py where a C compiler is found
     from whilst._uninitialized_cpu import handler as _unwritten_cpu_handler
 except ImportError:
@@ -37,53 +29,69 @@ UNWRITTEN_CPU_TARGET = "whilst_unwritten"
 if _unwritten_cpu_handler is not None:
     jax.ffi.register_ffi_target(UNWRITTEN_CPU_TARGET, _unwritten_cpu_handler, platform="cpu")
 
+uninitialized_p = Primitive("uninitialized")
+uninitialized_p.multiple_results = True
+uninitialized_p.def_impl(lambda **params: apply_primitive(uninitialized_p, **params))
+uninitialized_p.def_abstract_eval(lambda *, avals, export_fills: list(avals))
+ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
+    uninitialized_p.bind(**params), [Zero(a.to_tangent_aval()) for a in params["avals"]])
 
-def uninitialized_value(ctx, aval):
-    """Lowering of an array of `aval` whose contents are never read before they are
-    written (residual stacks, see `uninitialized`): under `jax.jit` on CPU, left
-    unwritten (`_unwritten_cpu`); otherwise zeros, tagged so that the IREE
-    preparation makes them `tensor.empty`."""
+
+def uninitialized(avals, export_fills=None) -> list:
+    """Arrays of `avals` whose contents are never read before they are written.
+
+    Under `jax.jit` on CPU they are left unwritten, all by one op (one first
+    thunk for XLA:CPU's executor, see `uninitialized_values`). Exported, array j
+    is a `tensor.empty` for IREE if `export_fills[j]` is None (the default),
+    else `distinct_fill(..., export_fills[j])`: a residual stack then costs no
+    fill, whatever `maximum_iterations` is. Two `tensor.empty`s of one type
+    feeding one loop would become one buffer on IREE, so callers give each a
+    type of its own, or a distinct fill.
+    """
+    avals = tuple(ShapedArray(tuple(a.shape), np.dtype(a.dtype)) for a in avals)
+    fills = tuple(export_fills) if export_fills is not None else (None,) * len(avals)
+    return uninitialized_p.bind(avals=avals, export_fills=fills)
+
+
+def uninitialized_values(ctx, avals, export_fills=None) -> list:
+    """Lowering of `uninitialized(avals, export_fills)`: under `jax.jit` on CPU,
+    one custom call that leaves every buffer unwritten (`_unwritten_cpu`);
+    otherwise fills, the `None`s zeros tagged so that the IREE preparation makes
+    them `tensor.empty`."""
     if (_unwritten_cpu_handler is not None and ctx.module_context.platforms == ("cpu",)
             and not ctx.module_context.lowering_parameters.for_export):
-        return _unwritten_cpu(ctx, aval)
-    out = broadcast_in_dim(ctx, mlir.ir_constant(np.zeros((), aval.dtype)), aval,
-                           broadcast_dimensions=[])
-    out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
-    return out
+        return _unwritten_cpu(ctx, avals)
+    outs = []
+    for aval, fill in zip(avals, export_fills or [None] * len(avals)):
+        value = np.zeros((), aval.dtype) if fill is None else _distinct_value(aval.dtype, fill)
+        out = broadcast_in_dim(ctx, mlir.ir_constant(value), aval, broadcast_dimensions=[])
+        if fill is None:
+            out.owner.attributes[UNINITIALIZED_ATTR] = ir.UnitAttr.get()
+        outs.append(out)
+    return outs
 
 
-def _unwritten_cpu(ctx, aval):
+def _unwritten_cpu(ctx, avals) -> list:
     """A custom call of `whilst._uninitialized_cpu`'s handler, which writes nothing
-    into the buffer XLA gives its result (XLA:CPU has no op for that)."""
-    (out,) = jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET)(ctx.replace(avals_in=[],
-                                                                   avals_out=[aval]))
-    return out
+    into the buffers XLA gives its results (XLA:CPU has no op for that)."""
+    return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET)(
+        ctx.replace(avals_in=[], avals_out=list(avals)))
 
 
-def _uninitialized_lowering(ctx, *, shape, dtype):
-    (aval,) = ctx.avals_out
-    return [uninitialized_value(ctx, aval)]
+mlir.register_lowering(uninitialized_p, lambda ctx, *, avals, export_fills:
+                       uninitialized_values(ctx, avals, export_fills))
 
 
-mlir.register_lowering(uninitialized_p, _uninitialized_lowering)
-
-
-def uninitialized(shape, dtype):
-    """An array whose contents are never read before they are written.
-
-    Lowered by `uninitialized_value`: under `jax.jit` on CPU it is left unwritten,
-    and exports give IREE a `tensor.empty`, so a residual stack costs no fill,
-    whatever `maximum_iterations` is. Two of one type feeding one loop would
-    become one buffer on IREE, so callers give each a type of its own.
-    """
-    return uninitialized_p.bind(shape=tuple(shape), dtype=np.dtype(dtype))
+def _distinct_value(dtype, j):
+    """`7 + j % 100` as `dtype` (`j % 2 == 1` for booleans, which have two values)."""
+    dtype = np.dtype(dtype)
+    return np.array(j % 2 == 1 if dtype == np.bool_ else 7 + j % 100, dtype)
 
 
 def distinct_fill(shape, dtype, j):
     """`full(shape, 7 + j % 100)`: a fill distinct for each `j < 100` (booleans
     have only two values)."""
-    fill = j % 2 == 1 if np.dtype(dtype) == np.bool_ else 7 + j % 100
-    return lax.full(shape, fill, dtype)
+    return lax.full(shape, _distinct_value(dtype, j), dtype)
 
 
 class ZeroStarted:

@@ -132,7 +132,7 @@ def explicit_form(operands, params: dict):
     _, body_consts, (bound,), carry = split_list(list(operands), [ncc, nbc, 1])
     ncarry = len(carry)
     row_avals = body_jaxpr.out_avals[ncarry:]
-    stacks0 = [uninitialized(a.shape, a.dtype) for a in stack_avals(row_avals, sp.stack_rows)]
+    stacks0 = uninitialized(stack_avals(row_avals, sp.stack_rows))
     nbound = 1 if sp.pops else 0
 
     def body(*args):

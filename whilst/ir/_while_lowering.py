@@ -115,7 +115,7 @@ from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
 from whilst.ir._device_indexing import device_indexing, scatter_rows
 from whilst.ir._export_forms import export_forms
-from whilst.ir._buffers import uninitialized_value
+from whilst.ir._buffers import uninitialized_values
 from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._onehot import onehot_indexing, pick, selectable
 from whilst.ir._stacks import pushed_rows, split_pops
@@ -306,7 +306,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     count_carried = k > 1 and not counted
     storage = (_carried_booleans.get() if ctx.module_context.lowering_parameters.for_export
                else np.bool_)
-    stacks0 = [uninitialized_value(ctx, _stored(a, storage)) for a in stack_avals]
+    stacks0 = uninitialized_values(ctx, [_stored(a, storage) for a in stack_avals])
     pred_aval = ShapedArray((), np.bool_)
     pred_type = mlir.aval_to_ir_type(ctx.module_context, _stored(pred_aval, storage))
     extra_types = ([pred_type] if rotated else []) + ([i32] if count_carried else [])
