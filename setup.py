@@ -1,6 +1,6 @@
 """The one compiled part of whilst: an XLA:CPU handler that leaves residual stacks
-unfilled (csrc/uninitialized_cpu.c). It is optional: where no C compiler is found,
-the install goes on and whilst fills those stacks with zeros instead (slower on
+and checkpoint slots unwritten (csrc/uninitialized_cpu.c). It is optional: where no
+C compiler is found, the install goes on and whilst fills them instead (slower on
 JAX CPU, same results). Everything else is declared in pyproject.toml."""
 from setuptools import Extension, setup
 

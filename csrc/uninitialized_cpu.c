@@ -1,10 +1,10 @@
 /* whilst._uninitialized_cpu: an XLA:CPU FFI handler that leaves its results as
  * XLA allocated them, unwritten.
  *
- * whilst.ir._buffers lowers `uninitialized` (residual stacks, whose rows are
- * written before they are read) to a custom call of this handler under
- * jax.jit on CPU, so a stack of maximum_iterations rows costs no fill. Equivalent
- * Python: `def handler(*results): pass`.
+ * whilst.ir._buffers lowers `uninitialized` (residual stacks and checkpoint
+ * slots, whose rows are written before they are read) to one custom call of this
+ * handler under jax.jit on CPU, so a stack of maximum_iterations rows costs no
+ * fill. Equivalent Python: `def handler(*results): pass`.
  *
  * xla/ffi/api/c_api.h is XLA's C FFI header, copied from jaxlib 0.12.0.1
  * (include/xla/ffi/api); the handler uses only the leading fields of its

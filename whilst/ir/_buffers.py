@@ -58,6 +58,8 @@ def uninitialized_values(ctx, avals, export_fills=None) -> list:
     one custom call that leaves every buffer unwritten (`_unwritten_cpu`);
     otherwise fills, the `None`s zeros tagged so that the IREE preparation makes
     them `tensor.empty`."""
+    if not avals:
+        return []
     if (_unwritten_cpu_handler is not None and ctx.module_context.platforms == ("cpu",)
             and not ctx.module_context.lowering_parameters.for_export):
         return _unwritten_cpu(ctx, avals)
