@@ -210,6 +210,7 @@ def _packed_policy(policy):
 
 
 def _unpacked_policy(ints, K):
+    """Inverse of `_packed_policy`."""
     scalars, levels, dispensable = jnp.split(ints, np.cumsum([5, K]))
     return [scalars, levels, dispensable != 0]
 
