@@ -3,8 +3,9 @@
 IREE 3.13 gives two carries of one `stablehlo.while` a single buffer when they
 start from equal values (see whilst.lowering._iree). So residual stacks start
 `uninitialized` and are each of a distinct type, checkpoint slots start from a
-fill that is distinct per buffer (in exports; unwritten under `jax.jit` on
-CPU), and carries that must start at zero are stacked by shape (`ZeroStarted`).
+fill that is distinct per buffer (`distinct_fill`; a budget loop's are left
+unwritten under `jax.jit` on CPU, with its stacks), and carries that must start
+at zero are stacked by shape (`ZeroStarted`).
 """
 from __future__ import annotations
 
