@@ -8,11 +8,16 @@ Two steps, since a GPU machine may have no IREE compiler (only `iree-base-runtim
 
 `prepare` compiles each program into one module for llvm-cpu, cuda and vulkan-spirv,
 runs it with `local-sync` and saves the module, its inputs and the CPU outputs in DIR.
+`prepare` also compiles each program's floor for llvm-cpu and cuda: the same program
+with each whilst loop replaced by a `lax.scan` of exactly the steps it takes on these
+inputs (`fixed_length.py`), what IREE 3.13 makes of the framework's own exact-length
+program; it is kept where its CPU result matches (without the entry's `stream.affinity`
+where only that form does, as `iree_vs_jax.py` does).
 `run` loads each module with every GPU driver that has a device, compares the outputs
 with the CPU outputs of the same module, checks JAX's GPU result against them too when
-JAX sees a GPU, times all of them interleaved in one process (`_timing.measure`), and
-writes DIR/gpu.json and DIR/gpu.png. It exits non-zero if any result differs. With no
-GPU driver it says so and exits 0, so the pair runs anywhere.
+JAX sees a GPU, times all of them and the floor on cuda interleaved in one process
+(`_timing.measure`), and writes DIR/gpu.json and DIR/gpu.png. It exits non-zero if any
+result differs. With no GPU driver it says so and exits 0, so the pair runs anywhere.
 
 Programs: those of `iree_vs_jax.py` (sin, pushpop, tanh and each sample's
 `bench_program`), the README's quickstart gradient, and two large batches where the
@@ -107,9 +112,46 @@ def prepare(out_dir: str, quick: bool, only: str | None = None) -> None:
         np.savez(os.path.join(out_dir, stem + "_cpu.npz"),
                  *map(np.asarray, jax.tree_util.tree_leaves(outputs)))
         manifest[name] = {"stem": stem, "rtol": rtol}
+        floor = _floor(fn, args, jax.tree_util.tree_leaves(outputs), rtol)
+        if isinstance(floor, dict):
+            with open(os.path.join(out_dir, stem + "_floor.vmfb"), "wb") as f:
+                f.write(floor.pop("data"))
+            manifest[name]["floor"] = floor
+        else:
+            print(f"  no floor: {floor}")
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
     print(f"wrote {len(manifest)} programs to {out_dir}")
+
+
+def _floor(fn, args, want, rtol):
+    """The exact-length twin of `fn` compiled for llvm-cpu and cuda, shaped as GPU
+    exports are: {"data", "unroll", "affinity"}, or why there is none (a string)."""
+    import whilst
+    from fixed_length import fixed_length, trip_counts
+    from iree_vs_jax import without_affinity
+    from whilst._compile import compile_stage, prepare_stage
+    from whilst.ir._unroll import exporting_for_gpu
+
+    targets = ("llvm-cpu", "cuda")
+    try:
+        with exporting_for_gpu(True):  # the steps per iteration a GPU export takes
+            trips = trip_counts(fn, *args)
+        prepared = prepare_stage([whilst.export(fixed_length(fn, trips), *args,
+                                                targets=targets)], targets)
+    except (ValueError, whilst.CompileError) as e:
+        return str(e).splitlines()[0]
+    for affinity, text in ((True, prepared), (False, without_affinity(prepared))):
+        try:
+            compiled = compile_stage(text, ["main"], targets, gpu_arch={"cuda": CUDA_ARCH},
+                                     cache=False)
+        except whilst.CompileError as e:
+            return str(e).splitlines()[0]
+        got = [np.asarray(g) for g in _leaves(compiled.load("local-sync").main(*args))]
+        if _max_error(got, [np.asarray(w) for w in want]) <= rtol:
+            return {"data": compiled.data, "unroll": [t.unroll for t in trips],
+                    "affinity": affinity}
+    return "the CPU result of the floor differs from the program's"
 
 
 def _loaded(path):
@@ -132,10 +174,11 @@ def _max_error(got, want) -> float:
     return worst
 
 
-def _gpu_drivers() -> list[str]:
+def _gpu_drivers(wanted: list[str] | None = None) -> list[str]:
+    """The GPU drivers (of `wanted`, default all) that find a device here."""
     import iree.runtime as rt
     present = []
-    for driver in GPU_TARGETS.values():
+    for driver in wanted or GPU_TARGETS.values():
         try:
             rt.get_device(driver)
             present.append(driver)
@@ -156,19 +199,25 @@ def _jax_gpu(quick: bool):
     return programs(quick)
 
 
-def run(out_dir: str, quick: bool, budget_s: float) -> int:
-    """Check and time every prepared program on each GPU driver; 1 if a result differs."""
+def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = None,
+        min_repeats: int = 3, only: str | None = None, jax_column: bool = True) -> int:
+    """Check and time every prepared program (those whose names contain one of the
+    comma-separated `only` words) on each GPU driver (of `drivers`, default all) at
+    least `min_repeats` times, and JAX on the GPU (`jax_column`); 1 if a result
+    differs."""
     import whilst.runtime
 
-    drivers = _gpu_drivers()
+    drivers = _gpu_drivers(drivers)
     if not drivers:
         print("no GPU driver has a device here: nothing to check")
         return 0
     with open(os.path.join(out_dir, "manifest.json")) as f:
         manifest = json.load(f)
-    jax_programs = _jax_gpu(quick)
+    jax_programs = _jax_gpu(quick) if jax_column else None
     rows, failures = [], []
     for name, entry in manifest.items():
+        if only is not None and not any(word in name for word in only.split(",")):
+            continue
         stem, rtol = entry["stem"], entry["rtol"]
         args = _loaded(os.path.join(out_dir, stem + "_in.npz"))
         want = _loaded(os.path.join(out_dir, stem + "_cpu.npz"))
@@ -186,6 +235,12 @@ def run(out_dir: str, quick: bool, budget_s: float) -> int:
             if error > rtol:
                 failures.append(f"{name} on {driver}: differs from the CPU by {error:.3g}")
             calls[driver] = _blocking_host(functools.partial(fn, *args))
+        if "floor" in entry and "cuda" in drivers:
+            with open(os.path.join(out_dir, stem + "_floor.vmfb"), "rb") as f:
+                floor = whilst.runtime.load(f.read(), driver="cuda").main
+            row["floor_error"] = _max_error(_leaves(floor(*args)), want)
+            if row["floor_error"] <= rtol:  # IREE's own program, not whilst's: not a failure
+                calls["floor"] = _blocking_host(functools.partial(floor, *args))
         if jax_programs is not None and name in jax_programs:
             import jax
             jitted = jax.jit(jax_programs[name][0])
@@ -197,7 +252,8 @@ def run(out_dir: str, quick: bool, budget_s: float) -> int:
                                 f"{error:.3g}")
             calls["jax"] = lambda jitted=jitted, a=device_args: jax.block_until_ready(
                 jitted(*a))
-        for key, timing in measure(calls, warmup=1, budget_s=budget_s, min_repeats=3).items():
+        for key, timing in measure(calls, warmup=1, budget_s=budget_s,
+                                   min_repeats=min_repeats).items():
             row[f"{key}_s"] = timing.median
             row[f"{key}_spread"] = timing.spread
         rows.append(row)
@@ -238,14 +294,17 @@ def _gpu_machine() -> dict:
 def print_results(results) -> None:
     drivers, rows = results["drivers"], results["rows"]
     header = ["program"] + [f"IREE {d}" for d in drivers] + ["JAX GPU"]
-    header += [f"{d}/JAX" for d in drivers] + [f"{d} error" for d in drivers]
+    header += [f"{d}/JAX" for d in drivers] + ["cuda floor", "floor/JAX", "cuda/floor"]
+    header += [f"{d} error" for d in drivers]
     lines = []
     for r in rows:
-        jax_s = r.get("jax_s")
+        jax_s, floor_s, cuda_s = r.get("jax_s"), r.get("floor_s"), r.get("cuda_s")
         line = [r["program"]] + [fmt_time(r.get(f"{d}_s")) for d in drivers]
         line.append(fmt_time(jax_s))
         line += [fmt_ratio(r[f"{d}_s"] / jax_s) if jax_s and f"{d}_s" in r else "-"
                  for d in drivers]
+        line += [fmt_time(floor_s), fmt_ratio(floor_s / jax_s) if floor_s and jax_s else "-",
+                 fmt_ratio(cuda_s / floor_s) if floor_s and cuda_s else "-"]
         line += [f"{r[f'{d}_error']:.1e}" if f"{d}_error" in r else "failed" for d in drivers]
         lines.append(line)
     table(f"\nIREE on the GPU against JAX on the GPU ({results['machine']}; medians; error "
@@ -262,16 +321,18 @@ def plot(results, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drivers = results["drivers"]
+    series = [(d, f"IREE {d}") for d in results["drivers"]]
+    if any("floor_s" in r for r in rows):
+        series.append(("floor", "exact-length scan on IREE cuda (floor)"))
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
-    width = 0.8 / len(drivers)
+    width = 0.8 / len(series)
     xs = np.arange(len(rows))
-    for k, d in enumerate(drivers):
-        ax.bar(xs + k * width, [r[f"{d}_s"] / r["jax_s"] if f"{d}_s" in r else np.nan
-                                for r in rows], width, label=f"IREE {d}")
+    for k, (key, label) in enumerate(series):
+        ax.bar(xs + k * width, [r[f"{key}_s"] / r["jax_s"] if f"{key}_s" in r else np.nan
+                                for r in rows], width, label=label)
     ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="JAX GPU")
     ax.set_yscale("log")
-    ax.set_xticks(xs + width * (len(drivers) - 1) / 2)
+    ax.set_xticks(xs + width * (len(series) - 1) / 2)
     ax.set_xticklabels([r["program"] for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("IREE time / JAX GPU time")
     ax.set_title(results["machine"].get("gpu", "GPU"))
@@ -288,14 +349,23 @@ def main() -> int:
     parser.add_argument("dir", help="where modules, inputs and CPU outputs are kept")
     parser.add_argument("--quick", action="store_true", help="smaller programs and batches")
     parser.add_argument("--programs", metavar="WORD[,WORD...]",
-                        help="prepare only the programs whose names contain one of these")
+                        help="prepare or run only the programs whose names contain one of "
+                             "these")
+    parser.add_argument("--no-jax", action="store_true",
+                        help="run: leave out the JAX GPU column")
     parser.add_argument("--budget", type=float, default=2.0,
                         help="seconds of timed calls per program (default 2)")
+    parser.add_argument("--drivers", metavar="DRIVER[,DRIVER...]",
+                        help=f"GPU drivers to check (default: {','.join(GPU_TARGETS.values())})")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed calls per program and driver, at least (default 3)")
     args = parser.parse_args()
     if args.step == "prepare":
         prepare(args.dir, args.quick, args.programs)
         return 0
-    return run(args.dir, args.quick, args.budget)
+    return run(args.dir, args.quick, args.budget,
+               args.drivers.split(",") if args.drivers else None, args.repeats, args.programs,
+               not args.no_jax)
 
 
 if __name__ == "__main__":

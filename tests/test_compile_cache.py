@@ -96,14 +96,13 @@ def first_text(tmp_path, args):
     return prepare_stage([whilst.export(step, *args)], ("llvm-cpu",))
 
 
-def test_llvm_cpu_modules_compile_with_aggressive_fusion_first():
+@pytest.mark.parametrize("targets", [("llvm-cpu",), ("llvm-cpu", "cuda"), ("vulkan-spirv",)])
+def test_modules_compile_with_aggressive_fusion_first(targets):
     from whilst.lowering import flag_sets
 
-    fused, plain = flag_sets(("llvm-cpu",))
+    fused, plain = flag_sets(targets)
     assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
     assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
-    (gpu,) = flag_sets(("llvm-cpu", "cuda"))
-    assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in gpu
 
 
 def test_cache_can_be_disabled(tmp_path, monkeypatch, iree_compile_calls):

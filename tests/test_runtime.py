@@ -133,6 +133,61 @@ def test_unknown_driver_is_refused(compiled):
         load(compiled.data, driver="tpu")
 
 
+def test_results_left_on_the_device_feed_later_calls(module):
+    """`on_device` gives DeviceArrays, which a later call takes as inputs (also
+    inside pytrees) and `np.asarray` copies back: the same numbers as numpy calls."""
+    x = np.linspace(0.01, 0.2, 12, dtype=np.float32).reshape(4, 3)
+    s0 = np.zeros(3, np.float32)
+    out, (twice,) = module.scan.on_device(x, {"s": s0})
+    assert isinstance(out["s"], whilst.runtime.DeviceArray)
+    assert out["s"].shape == (3,) and out["s"].dtype == np.float32
+    steps, s = reference_scan(x, s0)
+    assert int(np.asarray(out["steps"])) == steps
+    np.testing.assert_allclose(np.asarray(out["s"]), s, rtol=1e-5)
+    again, _ = module.scan(module.to_device(x), {"s": out["s"]})
+    want_steps, want = reference_scan(x, s)
+    assert int(again["steps"]) == want_steps
+    np.testing.assert_allclose(again["s"], want, rtol=1e-5)
+    np.testing.assert_allclose(twice.to_host(), 2 * s, rtol=1e-5)
+
+
+def test_device_arrays_of_the_wrong_dtype_or_device_are_refused(compiled, module):
+    x = np.full((2, 3), 0.1, np.float32)
+    with pytest.raises(ValueError, match=r"args\[0\] is a DeviceArray of dtype float64, but "
+                                         r"the module expects f32\[b,3\]"):
+        module.scan(module.to_device(x.astype(np.float64)), {"s": np.zeros(3, np.float32)})
+    with pytest.raises(ValueError, match=r"args\[0\] has shape \(2, 4\)"):
+        module.scan(module.to_device(np.zeros((2, 4), np.float32)),
+                    {"s": np.zeros(3, np.float32)})
+    other = load(compiled.data, driver="local-task")
+    with pytest.raises(ValueError, match="DeviceArray on another device than this module's "
+                                         "\\('local-sync'\\)"):
+        module.scan(other.to_device(x), {"s": np.zeros(3, np.float32)})
+
+
+def test_results_outlive_the_call_and_later_calls(module):
+    """Results are the caller's arrays: later calls (which reuse device buffers)
+    leave them as they were."""
+    s = {"s": np.zeros(3, np.float32)}
+    first = [module.scan(np.full((2, 3), 0.01 * (k + 1), np.float32), s) for k in range(20)]
+    for k, (out, (twice,)) in enumerate(first):
+        steps, want = reference_scan(np.full((2, 3), 0.01 * (k + 1), np.float32),
+                                     np.zeros(3, np.float32))
+        assert int(out["steps"]) == steps
+        np.testing.assert_allclose(out["s"], want, rtol=1e-5)
+        np.testing.assert_allclose(twice, 2 * want, rtol=1e-5)
+
+
+def test_modules_of_one_driver_share_its_device(compiled, module):
+    from whilst.runtime._devices import tool_flags
+
+    assert load(compiled.data).device is module.device
+    assert load(compiled.data, driver="local-task").device is not module.device
+    assert tool_flags("cuda") == ["--cuda_async_allocations=false",
+                                  "--device_allocator=caching"]
+    assert tool_flags("local-sync") == []
+
+
 def test_threads_get_the_results_of_sequential_calls(module):
     rng = np.random.default_rng(0)
     inputs = [(rng.uniform(0, 0.3, (int(rng.integers(1, 9)), 3)).astype(np.float32),

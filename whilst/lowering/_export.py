@@ -10,6 +10,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir._export_forms import export_forms
+from whilst.ir._unroll import exporting_for_gpu
 from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
 
@@ -55,7 +56,9 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
       name: the function's name in compiled modules.
       targets: the compile targets the module is for; with "vulkan-spirv" among
         them, loops carry their booleans as int32 (IREE 3.13's Vulkan code reads
-        loop-carried booleans wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`).
+        loop-carried booleans wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`),
+        and with a GPU target among them, loops are shaped for a GPU
+        (`whilst.ir._unroll.exporting_for_gpu`: more steps per emitted iteration).
 
     Returns:
       An `Exported` with the VHLO artifact, the text and the signature (which
@@ -72,7 +75,8 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
     exported_fn = _in_iree_forms(fn, specs)
     storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
-    with booleans_carried_as(storage), threefry_rounds_unrolled():
+    gpu = any(t != "llvm-cpu" for t in targets)
+    with booleans_carried_as(storage), exporting_for_gpu(gpu), threefry_rounds_unrolled():
         # A new function each time: JAX must not reuse a lowering of the other storage.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)

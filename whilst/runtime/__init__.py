@@ -6,7 +6,8 @@ Public submodules shared with the compiler: `signature` (the metadata format),
 from whilst.runtime._errors import LoadError
 from whilst.runtime._loader import Function, Module, RunError, load
 from whilst.runtime._module_file import ModuleInfo, describe
+from whilst.runtime._transfer import DeviceArray
 from whilst.runtime.targets import DRIVERS
 
-__all__ = ["DRIVERS", "Function", "LoadError", "Module", "ModuleInfo", "RunError", "describe",
+__all__ = ["DRIVERS", "DeviceArray", "Function", "LoadError", "Module", "ModuleInfo", "RunError", "describe",
            "load"]

@@ -9,9 +9,11 @@ import threading
 import numpy as np
 
 from whilst.runtime import signature as sig
+from whilst.runtime._devices import device
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
+from whilst.runtime._transfer import DeviceArray, to_device, to_host
 from whilst.runtime.targets import DRIVERS
 
 
@@ -36,6 +38,9 @@ class Function:
         self._leaf_specs = None if signature is None else [
             (np.dtype(aval["dtype"]), tuple(aval["shape"]), sig.format_aval(aval))
             for aval in signature["input_avals"]]
+        # The numpy dtype of each output (None: the buffer's own, without a signature).
+        self._output_dtypes = None if signature is None else [
+            np.dtype(aval["dtype"]) for aval in signature["output_avals"]]
 
     def __repr__(self):
         if self.signature is None:
@@ -46,10 +51,19 @@ class Function:
 
     def __call__(self, *args, **kwargs):
         """Call with the exported function's arguments, positionally or by the names
-        `arg_names` lists; inputs follow the casting rule of `whilst.runtime._inputs`."""
-        flat = self._flatten_inputs(self._bind(args, kwargs))
-        outs = self._module._invoke(self.name, flat)
-        outs = [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
+        `arg_names` lists; inputs follow the casting rule of `whilst.runtime._inputs`
+        (a `DeviceArray` from a module loaded with the same driver is used in place).
+        Returns the exported function's outputs as numpy arrays."""
+        return self._outputs(self._module._invoke(self.name, self._flat_inputs(args, kwargs),
+                                                  self._output_dtypes, host=True))
+
+    def on_device(self, *args, **kwargs):
+        """`fn(*args)`, but its outputs stay on the device: `DeviceArray`s, which a
+        later call takes without a copy and `np.asarray` copies to the host."""
+        return self._outputs(self._module._invoke(self.name, self._flat_inputs(args, kwargs),
+                                                  self._output_dtypes, host=False))
+
+    def _outputs(self, outs):
         if self.signature is None:
             return outs[0] if len(outs) == 1 else outs
         return sig.unflatten(self.signature["outputs"], outs)
@@ -80,9 +94,13 @@ class Function:
                             f"{names}.")
         return (*args, *(kwargs[n] for n in names[len(args):]))
 
-    def _flatten_inputs(self, args):
+    def _flat_inputs(self, args, kwargs) -> list:
+        """The input leaves in order: C-ordered numpy arrays of the module's dtypes,
+        or `DeviceArray`s on the module's device."""
+        args = self._bind(args, kwargs)
         if self.signature is None:
-            return [convert_untyped(a, f"args[{k}]") for k, a in enumerate(args)]
+            return [a if self._on_device(a, f"args[{k}]") else convert_untyped(a, f"args[{k}]")
+                    for k, a in enumerate(args)]
         s = self.signature
         try:
             leaves = sig.flatten(s["inputs"], tuple(args), "args")
@@ -93,11 +111,30 @@ class Function:
         flat = []
         for (path, value), aval, (dtype, shape, written) in zip(leaves, s["input_avals"],
                                                                 self._leaf_specs):
+            if self._on_device(value, f"{self.name}: {path}"):
+                if value.dtype != dtype:
+                    raise ValueError(f"{self.name}: {path} is a DeviceArray of dtype "
+                                     f"{value.dtype}, but the module expects {written}; "
+                                     f"DeviceArrays are not converted: pass a numpy array.")
+                if value.shape != shape:
+                    self._check_shape(path, value.shape, aval, bindings)
+                flat.append(value)
+                continue
             arr = convert(value, dtype, f"{self.name}: {path}", written)
             if arr.shape != shape:  # symbolic dims never compare equal: checked below
                 self._check_shape(path, arr.shape, aval, bindings)
             flat.append(arr)
         return flat
+
+    def _on_device(self, value, path) -> bool:
+        """Whether `value` is a `DeviceArray` on this module's device (a ValueError
+        for one on another device)."""
+        if not isinstance(value, DeviceArray):
+            return False
+        if value.device is not self._module.device:
+            raise ValueError(f"{path} is a DeviceArray on another device than this module's "
+                             f"({self._module.driver!r}); pass np.asarray(it) to copy it.")
+        return True
 
     def _check_shape(self, path, shape, aval, bindings):
         expected = aval["shape"]
@@ -131,6 +168,8 @@ class Module:
 
     Attributes:
       driver: the runtime driver the module runs on.
+      device: its `iree.runtime.HalDevice`, shared by the modules loaded with that
+        driver (`_devices`).
       info: what the module says about itself (`ModuleInfo`: signatures, targets).
       functions: name -> `Function`.
     """
@@ -150,7 +189,8 @@ class Module:
             raise LoadError(f"driver {driver!r} is not built into this IREE runtime; its "
                             f"drivers: {sorted(available)}. The module's targets: {targets}.")
         try:
-            self._config = rt.Config(driver)
+            self.device = device(driver)
+            self._config = rt.Config(device=self.device)
         except Exception as e:  # IREE maps its status codes to several exception types
             raise LoadError(f"driver {driver!r} found no usable device: {e}. Drivers built "
                             f"into this IREE runtime: {sorted(available)}; the module's "
@@ -165,15 +205,30 @@ class Module:
                 f"device.") from None
         self.driver = driver
         self._lock = threading.Lock()
-        bound = self._context.modules[self._vm_module.name]
         self.functions = {name: Function(self, name, signature)
                           for name, signature in self.info.functions.items()}
-        self._calls = {name: bound[name] for name in self.functions}
+        self._vm_functions = {name: self._vm_module.lookup_function(name)
+                              for name in self.functions}
 
-    def _invoke(self, name, flat):
+    def _invoke(self, name, flat, dtypes, host: bool) -> list:
+        """Call `name` with the input leaves `flat`; its outputs as numpy arrays of
+        `dtypes` (`host`), or as `DeviceArray`s (None: the buffers' own dtypes)."""
+        rt = _iree()
         with self._lock:
             try:
-                out = self._calls[name](*flat)
+                args = rt.VmVariantList(len(flat))
+                for leaf in flat:
+                    args.push_ref(leaf.buffer_view if isinstance(leaf, DeviceArray)
+                                  else to_device(self.device, leaf))
+                results = rt.VmVariantList(1)
+                self._context.vm_context.invoke(self._vm_functions[name], args, results)
+                views = _buffer_views(rt, results)
+                if dtypes is None:
+                    dtypes = [np.dtype(rt.HalElementType.map_to_dtype(v.element_type))
+                              for v in views]
+                if host:
+                    return to_host(self.device, views, dtypes)
+                return [DeviceArray(self.device, v, d) for v, d in zip(views, dtypes)]
             except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
                 raise RunError(
                     f"{name}: the IREE runtime failed while running this function on "
@@ -181,9 +236,12 @@ class Module:
                     f"inputs matched its signature, so the compiled module itself cannot "
                     f"run: please report it with the program that produced it (whilst "
                     f"refuses the loop forms known to fail on IREE 3.13).") from e
-        if out is None:
-            return []
-        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def to_device(self, array) -> DeviceArray:
+        """A copy of a numpy array (or number) on this module's device, for inputs
+        that several calls share."""
+        arr = convert_untyped(array, "array")
+        return DeviceArray(self.device, to_device(self.device, arr), arr.dtype)
 
     def __getitem__(self, name) -> Function:
         try:
@@ -207,6 +265,16 @@ class Module:
         if len(self.functions) == 1:
             return next(iter(self.functions.values()))(*args, **kwargs)
         raise TypeError(f"this module exports {sorted(self.functions)}; call one by name")
+
+
+def _buffer_views(rt, results) -> list:
+    """The buffer views of a VM result list, in order (nested lists flattened)."""
+    views = []
+    for k in range(results.size):
+        ref = results.get_as_ref(k)
+        view = ref.deref(rt.HalBufferView, True)
+        views.extend([view] if view is not None else _buffer_views(rt, results.get_as_list(k)))
+    return views
 
 
 def load(path_or_bytes, driver: str = "local-sync") -> Module:

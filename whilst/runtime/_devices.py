@@ -1,0 +1,58 @@
+"""The IREE device that runs whilst modules for each driver: one per driver and process,
+shared by every module loaded for it (as `iree.runtime`'s own cached devices are).
+
+On `cuda`, IREE 3.13's defaults cost every loop iteration dearly
+(`bench/gpu_loop_costs.py` measures them):
+  * a readback (a loop test, a position computed on the device) goes through a
+    host-visible staging buffer, which the CUDA HAL allocates with
+    `cuMemAllocManaged` and frees again each time: IREE's caching allocator
+    (`allocators=["caching"]`) keeps freed buffers for reuse instead;
+  * with queue-ordered allocations (`--cuda_async_allocations`, on by default) each
+    `stream.resource.alloca` of a loop iteration goes to CUDA's memory pools; off,
+    it is served by that cache too, faster, and without the pools' failing
+    `cuMemFreeAsync` ("CUDA_ERROR_INVALID_VALUE ... hal.device.queue.dealloca").
+The flag is read when a driver is created, so whilst creates its own `cuda` driver
+with it off and sets it back to IREE's default afterwards. `tool_flags` gives the same
+settings as flags of IREE's tools (`iree-run-module`, `iree-benchmark-module`).
+"""
+from __future__ import annotations
+
+import threading
+
+# driver -> (runtime flags while its driver is created, the flags that restore
+# IREE's defaults, allocator specs of its devices)
+_SETTINGS = {
+    "cuda": (["--cuda_async_allocations=false"], ["--cuda_async_allocations=true"],
+             ["caching"]),
+}
+
+_devices: dict = {}
+_lock = threading.Lock()
+
+
+def tool_flags(driver: str) -> list[str]:
+    """The flags that give IREE's command-line tools whilst's settings for `driver`."""
+    if driver not in _SETTINGS:
+        return []
+    during, _, allocators = _SETTINGS[driver]
+    return [*during, *(f"--device_allocator={spec}" for spec in allocators)]
+
+
+def device(driver: str):
+    """The `iree.runtime.HalDevice` whilst runs modules on with `driver` (created on
+    first use; an exception from IREE if the driver finds no device)."""
+    import iree.runtime as rt
+
+    with _lock:
+        if driver not in _devices:
+            if driver in _SETTINGS:
+                during, after, allocators = _SETTINGS[driver]
+                rt.flags.parse_flags(*during)
+                try:  # not `rt.get_driver`, which may return a driver made without them
+                    hal_driver = rt._binding.create_hal_driver(driver)
+                finally:
+                    rt.flags.parse_flags(*after)
+                _devices[driver] = hal_driver.create_default_device(allocators=allocators)
+            else:
+                _devices[driver] = rt.get_device(driver)
+        return _devices[driver]
