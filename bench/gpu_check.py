@@ -16,7 +16,9 @@ where only that form does, as `iree_vs_jax.py` does).
 `run` loads each module with every GPU driver that has a device, compares the outputs
 with the CPU outputs of the same module, checks JAX's GPU result against them too when
 JAX sees a GPU, times all of them and the floor on cuda interleaved in one process
-(`_timing.measure`), and writes DIR/gpu.json and DIR/gpu.png. It exits non-zero if any
+(`_timing.measure`), times small calls again in `iree-benchmark-module` (what
+`whilst.runtime` adds to a call), and writes DIR/gpu.json and DIR/gpu.png; `merge`
+joins the results of runs made back to back (a driver per process). It exits non-zero if any
 result differs. With no GPU driver it says so and exits 0, so the pair runs anywhere.
 
 Programs: those of `iree_vs_jax.py` (sin, pushpop, tanh and each sample's
@@ -43,6 +45,9 @@ from _timing import fmt_ratio, fmt_time, measure, table, write_json  # noqa: E40
 GPU_TARGETS = {"cuda": "cuda", "vulkan-spirv": "vulkan"}  # compile target -> driver
 CUDA_ARCH = "sm_80"
 LARGE_BATCH = 4096
+# Calls on cuda shorter than this are also timed in iree-benchmark-module, to show
+# what `whilst.runtime` adds to a small call.
+SMALL_CALL_S = 0.02
 
 
 def programs(quick: bool) -> dict:
@@ -131,7 +136,7 @@ def _floor(fn, args, want, rtol):
     from fixed_length import fixed_length, trip_counts
     from iree_vs_jax import without_affinity
     from whilst._compile import compile_stage, prepare_stage
-    from whilst.ir._unroll import exporting_for_gpu
+    from whilst.ir._gpu_export import exporting_for_gpu
 
     targets = ("llvm-cpu", "cuda")
     try:
@@ -200,11 +205,13 @@ def _jax_gpu(quick: bool):
 
 
 def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = None,
-        min_repeats: int = 3, only: str | None = None, jax_column: bool = True) -> int:
+        min_repeats: int = 3, only: str | None = None, jax_column: bool = True,
+        name: str = "gpu") -> int:
     """Check and time every prepared program (those whose names contain one of the
     comma-separated `only` words) on each GPU driver (of `drivers`, default all) at
-    least `min_repeats` times, and JAX on the GPU (`jax_column`); 1 if a result
-    differs."""
+    least `min_repeats` times, and JAX on the GPU (`jax_column`), into DIR/NAME.json
+    (rewritten after each program, so that a crash keeps the programs before it) and
+    DIR/NAME.png; 1 if a result differs."""
     import whilst.runtime
 
     drivers = _gpu_drivers(drivers)
@@ -215,25 +222,29 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
         manifest = json.load(f)
     jax_programs = _jax_gpu(quick) if jax_column else None
     rows, failures = [], []
-    for name, entry in manifest.items():
-        if only is not None and not any(word in name for word in only.split(",")):
+    results = {"drivers": drivers, "jax": jax_programs is not None, "rows": rows,
+               "failures": failures, "machine": _gpu_machine()}
+    for program, entry in manifest.items():
+        if only is not None and not any(word in program for word in only.split(",")):
             continue
+        print(f"{program} ...", flush=True)
+        failed_before = len(failures)
         stem, rtol = entry["stem"], entry["rtol"]
         args = _loaded(os.path.join(out_dir, stem + "_in.npz"))
         want = _loaded(os.path.join(out_dir, stem + "_cpu.npz"))
         with open(os.path.join(out_dir, stem + ".vmfb"), "rb") as f:
             data = f.read()
-        calls, row = {}, {"program": name}
+        calls, row = {}, {"program": program}
         for driver in drivers:
             try:
                 fn = whilst.runtime.load(data, driver=driver).main
                 error = _max_error(_leaves(fn(*args)), want)
             except Exception as e:  # noqa: BLE001 - report every failure, go on
-                failures.append(f"{name} on {driver}: {type(e).__name__}: {str(e)[:300]}")
+                failures.append(f"{program} on {driver}: {type(e).__name__}: {str(e)[:300]}")
                 continue
             row[f"{driver}_error"] = error
             if error > rtol:
-                failures.append(f"{name} on {driver}: differs from the CPU by {error:.3g}")
+                failures.append(f"{program} on {driver}: differs from the CPU by {error:.3g}")
             calls[driver] = _blocking_host(functools.partial(fn, *args))
         if "floor" in entry and "cuda" in drivers:
             with open(os.path.join(out_dir, stem + "_floor.vmfb"), "rb") as f:
@@ -241,14 +252,14 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
             row["floor_error"] = _max_error(_leaves(floor(*args)), want)
             if row["floor_error"] <= rtol:  # IREE's own program, not whilst's: not a failure
                 calls["floor"] = _blocking_host(functools.partial(floor, *args))
-        if jax_programs is not None and name in jax_programs:
+        if jax_programs is not None and program in jax_programs:
             import jax
-            jitted = jax.jit(jax_programs[name][0])
+            jitted = jax.jit(jax_programs[program][0])
             device_args = jax.device_put(args, jax.devices("gpu")[0])
             error = _max_error(_leaves(jitted(*device_args)), want)
             row["jax_error"] = error
             if error > rtol:
-                failures.append(f"{name} on JAX GPU: differs from IREE's CPU result by "
+                failures.append(f"{program} on JAX GPU: differs from IREE's CPU result by "
                                 f"{error:.3g}")
             calls["jax"] = lambda jitted=jitted, a=device_args: jax.block_until_ready(
                 jitted(*a))
@@ -256,15 +267,55 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
                                    min_repeats=min_repeats).items():
             row[f"{key}_s"] = timing.median
             row[f"{key}_spread"] = timing.spread
+        if row.get("cuda_s", 1.0) < SMALL_CALL_S:
+            row["cuda_module_s"] = _module_time(os.path.join(out_dir, stem + ".vmfb"), args)
         rows.append(row)
-        print(f"{name}: " + ", ".join(f"{k} {fmt_time(row[k + '_s'])}" for k in calls),
-              flush=True)
-    results = {"drivers": drivers, "jax": jax_programs is not None, "rows": rows,
-               "failures": failures, "machine": _gpu_machine()}
-    write_json(os.path.join(out_dir, "gpu.json"), results)
+        write_json(os.path.join(out_dir, name + ".json"), results)
+        print(f"{program}: " + ", ".join(f"{k} {fmt_time(row[k + '_s'])}" for k in calls)
+              + "".join(f"\n  FAILED {f}" for f in failures[failed_before:]), flush=True)
     print_results(results)
-    plot(results, os.path.join(out_dir, "gpu.png"))
+    plot(results, os.path.join(out_dir, name + ".png"))
     return 1 if failures else 0
+
+
+def merge(out_dir: str, parts: list[str]) -> int:
+    """One DIR/gpu.json and gpu.png from the results of `run`s of the same programs
+    back to back (e.g. cuda with JAX, then vulkan in a process of its own): each
+    program's row joins the keys of all parts; 1 if any part had a failure."""
+    merged = {"drivers": [], "jax": False, "rows": [], "failures": [], "machine": {}}
+    by_program = {}
+    for part in parts:
+        with open(part) as f:
+            results = json.load(f)
+        merged["drivers"] += [d for d in results["drivers"] if d not in merged["drivers"]]
+        merged["jax"] |= results["jax"]
+        merged["failures"] += results["failures"]
+        merged["machine"].update(results["machine"])
+        for row in results["rows"]:
+            if row["program"] not in by_program:
+                by_program[row["program"]] = {}
+                merged["rows"].append(by_program[row["program"]])
+            by_program[row["program"]].update(row)
+    write_json(os.path.join(out_dir, "gpu.json"), merged)
+    print_results(merged)
+    plot(merged, os.path.join(out_dir, "gpu.png"))
+    return 1 if merged["failures"] else 0
+
+
+def _module_time(path: str, args) -> float | None:
+    """Seconds per call of `main` on cuda in `iree-benchmark-module` (no Python),
+    with whilst's device settings (`whilst.runtime._devices.tool_flags`)."""
+    import tempfile
+
+    from gpu_loop_costs import time_module
+    from whilst.runtime._devices import tool_flags
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = []
+        for k, a in enumerate(args):
+            np.save(os.path.join(tmp, f"{k}.npy"), a)
+            inputs.append("@" + os.path.join(tmp, f"{k}.npy"))
+        return time_module(path, "cuda", tool_flags("cuda"), inputs, repetitions=30)
 
 
 def _leaves(outputs) -> list:
@@ -295,6 +346,9 @@ def print_results(results) -> None:
     drivers, rows = results["drivers"], results["rows"]
     header = ["program"] + [f"IREE {d}" for d in drivers] + ["JAX GPU"]
     header += [f"{d}/JAX" for d in drivers] + ["cuda floor", "floor/JAX", "cuda/floor"]
+    both = "cuda" in drivers and "vulkan" in drivers
+    header += ["vulkan/cuda"] if both else []
+    header += ["cuda call/module"] if "cuda" in drivers else []
     header += [f"{d} error" for d in drivers]
     lines = []
     for r in rows:
@@ -305,6 +359,12 @@ def print_results(results) -> None:
                  for d in drivers]
         line += [fmt_time(floor_s), fmt_ratio(floor_s / jax_s) if floor_s and jax_s else "-",
                  fmt_ratio(cuda_s / floor_s) if floor_s and cuda_s else "-"]
+        if both:
+            line.append(fmt_ratio(r["vulkan_s"] / cuda_s)
+                        if "vulkan_s" in r and cuda_s else "-")
+        if "cuda" in drivers:
+            line.append(fmt_ratio(cuda_s / r["cuda_module_s"])
+                        if r.get("cuda_module_s") and cuda_s else "-")
         line += [f"{r[f'{d}_error']:.1e}" if f"{d}_error" in r else "failed" for d in drivers]
         lines.append(line)
     table(f"\nIREE on the GPU against JAX on the GPU ({results['machine']}; medians; error "
@@ -345,14 +405,17 @@ def plot(results, path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("step", choices=["prepare", "run"])
+    parser.add_argument("step", choices=["prepare", "run", "merge"])
     parser.add_argument("dir", help="where modules, inputs and CPU outputs are kept")
+    parser.add_argument("parts", nargs="*", help="merge: the JSON files of the runs")
     parser.add_argument("--quick", action="store_true", help="smaller programs and batches")
     parser.add_argument("--programs", metavar="WORD[,WORD...]",
                         help="prepare or run only the programs whose names contain one of "
                              "these")
     parser.add_argument("--no-jax", action="store_true",
                         help="run: leave out the JAX GPU column")
+    parser.add_argument("--name", default="gpu",
+                        help="run: write DIR/NAME.json and DIR/NAME.png (default gpu)")
     parser.add_argument("--budget", type=float, default=2.0,
                         help="seconds of timed calls per program (default 2)")
     parser.add_argument("--drivers", metavar="DRIVER[,DRIVER...]",
@@ -363,9 +426,11 @@ def main() -> int:
     if args.step == "prepare":
         prepare(args.dir, args.quick, args.programs)
         return 0
+    if args.step == "merge":
+        return merge(args.dir, args.parts)
     return run(args.dir, args.quick, args.budget,
                args.drivers.split(",") if args.drivers else None, args.repeats, args.programs,
-               not args.no_jax)
+               not args.no_jax, args.name)
 
 
 if __name__ == "__main__":

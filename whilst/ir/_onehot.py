@@ -10,14 +10,18 @@ which unroll like any elementwise body::
       == sum(where(arange(n) == clip(j, 0, n - 1), bits(x), 0))  # bit patterns
     x.at[j].set(v)     # dynamic_update_slice, or a scatter of one row
       == where(arange(n) == j, v, x)
+    vmap(lambda x, j: x[j])(xs, js)   # a gather of one row per batch element
+      == sum(where(arange(n) == clip(js[:, None], 0, n - 1), bits(xs), 0), axis=1)
 
 Reads select the bit patterns of the elements (one is non-zero per output), so
 results equal the indexed forms bit for bit, NaN payloads and -0.0 included;
 clamping (dynamic_slice, mode=clip) and out-of-bounds fills or drops
 (mode=fill) are those of the op. Gathers and scatters are rewritten only in the
-one-row form `jnp` emits for `x[j]` and `x.at[j].op(v)` with a scalar `j`;
+one-row form `jnp` emits for `x[j]` and `x.at[j].op(v)` with a scalar `j`, and
+gathers also in the form `jax.vmap` makes of `x[j]` (a batching dim in front);
 everything else, and ops inside control flow other than `jit` and `custom_jvp`
-calls, stays as it is.
+calls, stays as it is. Exports for a GPU select over larger arrays
+(`_gpu_export.scaled`).
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ from jax.core import ShapedArray
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst._jax_compat import is_constant_shape
+from whilst.ir._gpu_export import scaled
 from whilst.ir._rewrite import rewrite_equations
 
-ONE_HOT_ELEMENTS = 4096  # elements one rewritten op selects over (array size x slice size)
+ONE_HOT_ELEMENTS = 4096  # elements one rewritten op selects over (array x slice size; CPU)
 
 _SCATTER_COMBINE = {"scatter": None, "scatter-add": lax.add, "scatter_add": lax.add,
                     "scatter-mul": lax.mul, "scatter_mul": lax.mul,
@@ -64,6 +69,8 @@ def _rule(eqn):
     elif name == "gather" and _one_row(eqn, "offset_dims", "collapsed_slice_dims",
                                        "start_index_map"):
         positions, size, rule = eqn.invars[1:], 1, _gather_row
+    elif name == "gather" and _one_row_per_batch(eqn):
+        positions, size, rule = eqn.invars[1:], 1, _gather_row_per_batch
     elif name in _SCATTER_COMBINE and _one_row(eqn, "update_window_dims",
                                                "inserted_window_dims",
                                                "scatter_dims_to_operand_dims"):
@@ -73,7 +80,7 @@ def _rule(eqn):
         return None
     if all(isinstance(v, Literal) for v in positions):
         return None
-    if size * int(np.prod(operand.shape)) > ONE_HOT_ELEMENTS:
+    if size * int(np.prod(operand.shape)) > scaled(ONE_HOT_ELEMENTS):
         return None
     return rule
 
@@ -98,6 +105,29 @@ def _one_row(eqn, window_dims, row_dims, index_map) -> bool:
             and tuple(eqn.params.get("slice_sizes", (1, *operand.shape[1:])))
             == (1, *operand.shape[1:])
             and row.shape == operand.shape[1:])
+
+
+def _one_row_per_batch(eqn) -> bool:
+    """Whether a gather reads `x[b, js[b]]` for each b (`jax.vmap` of `x[j]`): x of
+    shape [B, n, *rest], indices [B, m] into axes 1 .. m batched with axis 0 (the
+    columns past the first clamped to 0: their axes are taken whole), the rest of
+    each row whole and in order, axis 1 kept (size 1) or collapsed."""
+    operand, indices = eqn.invars[0].aval, eqn.invars[1].aval
+    dn, out = eqn.params["dimension_numbers"], eqn.outvars[0].aval
+    ndim, m = len(operand.shape), indices.shape[-1] if len(indices.shape) == 2 else 0
+    collapsed = tuple(dn.collapsed_slice_dims)
+    kept = ndim - 1 - len(collapsed)
+    clipped = lax.GatherScatterMode.from_any(eqn.params["mode"]) == lax.GatherScatterMode.CLIP
+    return (ndim >= 2 and indices.shape == (operand.shape[0], m) and m >= 1
+            and (m == 1 or clipped)
+            and tuple(getattr(dn, "operand_batching_dims", ())) == (0,)
+            and tuple(getattr(dn, "start_indices_batching_dims", ())) == (0,)
+            and tuple(dn.start_index_map) == tuple(range(1, m + 1))
+            and collapsed in ((), (1,))
+            and tuple(dn.offset_dims) == tuple(range(1, 1 + kept))
+            and tuple(eqn.params["slice_sizes"]) == (1, 1, *operand.shape[2:])
+            and out.shape == (operand.shape[0], *((1,) if not collapsed else ()),
+                              *operand.shape[2:]))
 
 
 def _at(position, axis, shape):
@@ -172,10 +202,9 @@ def _spread(update, axis, start, n):
     return spread
 
 
-def _row_index(indices, n, mode):
-    """`(j, in_bounds)` for the row `indices[0]`: j clamped into [0, n) as int32;
+def _row_index(j, n, mode):
+    """`(j, in_bounds)` for the rows `j` (any shape): j clamped into [0, n) as int32;
     in_bounds None unless mode=fill (where the original j is tested)."""
-    j = lax.reshape(indices, ())
     clamped = _clamped(j, n - 1)
     if lax.GatherScatterMode.from_any(mode) != lax.GatherScatterMode.FILL_OR_DROP:
         return clamped, None
@@ -187,7 +216,7 @@ def _row_index(indices, n, mode):
 
 def _gather_row(x, indices, *, mode, fill_value=None, **_):
     """`x[indices[0]]` of a one-row gather, with the gather's bounds mode."""
-    j, in_bounds = _row_index(indices, x.shape[0], mode)
+    j, in_bounds = _row_index(lax.reshape(indices, ()), x.shape[0], mode)
     row = lax.squeeze(pick(x, _at(j, 0, x.shape), 0), (0,))
     if in_bounds is None:
         return row
@@ -195,10 +224,24 @@ def _gather_row(x, indices, *, mode, fill_value=None, **_):
                       lax.full_like(row, 0 if fill_value is None else fill_value))
 
 
+def _gather_row_per_batch(x, indices, *, dimension_numbers, mode, fill_value=None, **_):
+    """`x[b, indices[b, 0]]` for each b (`_one_row_per_batch`), with the gather's
+    bounds mode, axis 1 kept or collapsed as the gather has it."""
+    first = lax.reshape(lax.slice_in_dim(indices, 0, 1, axis=1), indices.shape[:1])
+    j, in_bounds = _row_index(first, x.shape[1], mode)
+    shape = x.shape
+    position = lax.broadcast_in_dim(j, shape, (0,))
+    rows = pick(x, lax.eq(lax.broadcasted_iota(np.int32, shape, 1), position), 1)
+    if in_bounds is not None:
+        rows = lax.select(lax.broadcast_in_dim(in_bounds, rows.shape, (0,)), rows,
+                          lax.full_like(rows, 0 if fill_value is None else fill_value))
+    return lax.squeeze(rows, (1,)) if dimension_numbers.collapsed_slice_dims else rows
+
+
 def _scatter_row(x, indices, update, *, combine, mode, **_):
     """`x.at[indices[0]].set(update)` (or `.add`, ... with `combine`), with the
     scatter's bounds mode (an out-of-bounds row of mode=fill is dropped)."""
-    j, in_bounds = _row_index(indices, x.shape[0], mode)
+    j, in_bounds = _row_index(lax.reshape(indices, ()), x.shape[0], mode)
     mask = _at(j, 0, x.shape)
     if in_bounds is not None:
         mask = lax.bitwise_and(mask, lax.broadcast(in_bounds, x.shape))

@@ -2,8 +2,8 @@
 
 IREE pays about 2 us of host work per loop iteration on a CPU, and tens of
 microseconds on a GPU, so small bodies run k steps per iteration (see
-`_while_lowering.py` for the emitted form); exports for a GPU (`exporting_for_gpu`)
-aim for more work per iteration.
+`_while_lowering.py` for the emitted form); exports for a GPU (`_gpu_export`) aim
+for more work per iteration.
 Reverse mode fixes the factors of the loops it creates when it builds them,
 because they decide how its residual stacks are laid out (`_reverse.py`).
 `lax.scan`s inside exported loop bodies are unrolled by the same measure
@@ -11,15 +11,12 @@ because they decide how its residual stacks are laid out (`_reverse.py`).
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
-
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
 
 from whilst._jax_compat import is_constant_shape
-
 from whilst.ir._functional_while import functional_while_p
+from whilst.ir._gpu_export import scaled
 from whilst.ir._onehot import onehot_indexing
 
 MAX_UNROLL = 64
@@ -33,13 +30,8 @@ MAX_SCAN_UNROLL = 8
 # 30 s to compile against 6.9 s at k = 1, and ran no faster: its ~40 dispatches
 # per step, not the per-iteration cost, set its speed.
 MAX_UNROLLED_EQUATIONS = 512
-WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for
-# On a GPU, each emitted iteration is a command submission the host waits for
-# (IREE 3.13's cuda and vulkan drivers, `bench/gpu_loop_costs.py`), tens of times
-# the CPU's cost, while the GPU does 16384 elements of work in a fraction of it.
-GPU_WORK_PER_ITERATION = 64 * WORK_PER_ITERATION
-_gpu_export = contextvars.ContextVar("whilst_gpu_export", default=False)
-LARGE_CARRY_BYTES = 64 * 1024  # on a CPU; a GPU selects 64 times as much as fast
+WORK_PER_ITERATION = 16384  # elements of work one emitted iteration aims for (CPU)
+LARGE_CARRY_BYTES = 64 * 1024  # (CPU)
 # Loops nested in a body make it a full iteration's work: unrolled copies of them
 # gain little, and IREE 3.13 fails on some ("failed to solve for timepoint
 # coverage": the Newton sample's solver, 13 steps of two lax.scans each).
@@ -55,39 +47,18 @@ DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather",
                               "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
 
 
-@contextlib.contextmanager
-def exporting_for_gpu(gpu: bool):
-    """Within the block, loops traced and lowered are shaped for a GPU target
-    (`for_gpu`) when `gpu` holds."""
-    token = _gpu_export.set(gpu)
-    try:
-        yield
-    finally:
-        _gpu_export.reset(token)
-
-
-def for_gpu() -> bool:
-    """Whether the loops being traced or lowered are exported for a GPU target."""
-    return _gpu_export.get()
-
-
-def _work_budget() -> int:
-    """Elements of work one emitted iteration aims for."""
-    return GPU_WORK_PER_ITERATION if for_gpu() else WORK_PER_ITERATION
-
-
 def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     """Loop steps per `stablehlo.while` iteration: `unroll` if given, else automatic.
 
     Automatic: 1 for bodies with effects (an inactive step would run them),
-    with a carry over 64 KiB (4 MiB for a GPU; the predicated steps select whole
-    carries), or
+    with a carry over 64 KiB (`_gpu_export.scaled`; the predicated steps select
+    whole carries), or
     with a read or write at a computed index of an array too large for one-hot
     selects (iree-compile 3.13 crashes or fails on such bodies unrolled, see
     `DYNAMIC_INDEXING`); otherwise as many steps as fit in about 16384
-    elements of work (GPU_WORK_PER_ITERATION for a GPU), one-hot selects
-    included, and in MAX_UNROLLED_EQUATIONS equations, at most 64 (tiny bodies
-    unroll more).
+    elements of work (`_gpu_export.scaled` for a GPU), one-hot selects included,
+    and in MAX_UNROLLED_EQUATIONS equations, at most 64 (tiny bodies unroll
+    more).
     """
     if unroll is not None:
         return unroll
@@ -122,11 +93,10 @@ def _fitting_steps(body: Jaxpr, others: list, most: int) -> int:
         return 1
     if not all(is_constant_shape(v.aval.shape) for j in jaxprs for v in _all_vars(j)):
         return 1  # symbolic shapes: sizes unknown
-    largest = LARGE_CARRY_BYTES * _work_budget() // WORK_PER_ITERATION
-    if any(nbytes(v.aval) > largest for v in body.outvars):
+    if any(nbytes(v.aval) > scaled(LARGE_CARRY_BYTES) for v in body.outvars):
         return 1
     work, equations = sum(map(_work, jaxprs)), sum(map(_equations, jaxprs))
-    return max(1, min(most, _work_budget() // max(work, 1),
+    return max(1, min(most, scaled(WORK_PER_ITERATION) // max(work, 1),
                       MAX_UNROLLED_EQUATIONS // max(equations, 1)))
 
 
@@ -193,7 +163,7 @@ def _work(jaxpr: Jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS:
-            return _work_budget()
+            return scaled(WORK_PER_ITERATION)
         subs = list(jaxprs_in_params(eqn.params))
         if subs:
             total += sum(map(_work, subs))

@@ -122,7 +122,8 @@ from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
 from whilst.ir._tracing import COUNTER_AVAL, always_true, call, trace_closed
 from whilst.ir._trip_count import counter_trips, integer_strides
-from whilst.ir._unroll import for_gpu, unroll_factor, unrolled_scans
+from whilst.ir._gpu_export import for_gpu
+from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"

@@ -10,7 +10,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir._export_forms import export_forms
-from whilst.ir._unroll import exporting_for_gpu
+from whilst.ir._gpu_export import exporting_for_gpu
 from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
 
@@ -58,7 +58,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         them, loops carry their booleans as int32 (IREE 3.13's Vulkan code reads
         loop-carried booleans wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`),
         and with a GPU target among them, loops are shaped for a GPU
-        (`whilst.ir._unroll.exporting_for_gpu`: more steps per emitted iteration).
+        (`whilst.ir._gpu_export`: more steps per emitted iteration).
 
     Returns:
       An `Exported` with the VHLO artifact, the text and the signature (which
