@@ -64,6 +64,33 @@ def test_one_hot_form_equals_indexing_bit_for_bit(name):
             assert g.tobytes() == w.tobytes(), (name, j, w, g)
 
 
+BATCHED = {
+    "vmapped_read": (lambda x, j: x[j], VECTOR),
+    "vmapped_row": (lambda m, j: m[j], MATRIX),
+    "vmapped_get_fill": (lambda x, j: x.at[j].get(mode="fill", fill_value=7.0), VECTOR),
+    "vmapped_get_clip": (lambda x, j: x.at[j].get(mode="clip"), VECTOR),
+    "vmapped_bool": (lambda b, j: b[j], FLAGS),
+}
+
+
+@pytest.mark.parametrize("name", BATCHED)
+def test_vmapped_reads_are_one_hot_bit_for_bit(name):
+    """`jax.vmap` of `x[j]` (a gather with a batching dim) reads each batch
+    element's row from its own position, clamped or filled as the gather does."""
+    fn, table = BATCHED[name]
+    batched = jax.vmap(fn)
+    positions = np.arange(-8, len(table) + 8, dtype=np.int32)
+    tables = np.stack([table] * len(positions))
+    jaxpr = jax.make_jaxpr(batched)(tables, positions)
+    rewritten = onehot_indexing(jaxpr)
+    assert _indexing_ops(jaxpr.jaxpr) and not _indexing_ops(rewritten.jaxpr)
+    want = jax.jit(lambda *a: call(jaxpr, *a))(tables, positions)
+    got = jax.jit(lambda *a: call(rewritten, *a))(tables, positions)
+    for w, g in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+        assert w.dtype == g.dtype and w.shape == g.shape
+        np.testing.assert_array_equal(np.asarray(w).view(np.uint8), np.asarray(g).view(np.uint8))
+
+
 def test_large_arrays_and_literal_positions_keep_their_indexing():
     big = np.zeros(ONE_HOT_ELEMENTS + 1, np.float32)
     for fn, x in [(lambda x, j: x[j], big), (lambda x, j: x[2], VECTOR)]:

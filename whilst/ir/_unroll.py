@@ -16,10 +16,15 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
 
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._functional_while import functional_while_p
-from whilst.ir._gpu_export import scaled
+from whilst.ir._gpu_export import for_gpu, scaled
 from whilst.ir._onehot import onehot_indexing
 
 MAX_UNROLL = 64
+# Exports for a GPU unroll at most this many steps, `unroll=` included: IREE 3.13's
+# cuda code of the sin loop unrolled 32 or 64 times gives wrong results (64: for
+# every n; 32: where it ends before its first full iteration), 8 and 16 are right
+# (bench/iree_limits/gpu_pick_reduction.py, H100).
+MAX_GPU_UNROLL = 16
 # Scans in exported bodies unroll less: the Newton sample's jacrev (64-step scans)
 # ran in 7.9 / 2.9 / 2.6 / 2.8 ms with scan steps unrolled 1 / 8 / 16 / 64 times,
 # for an iree-compile of 2.0 / 2.9 / 4.0 / 10.5 s.
@@ -48,7 +53,8 @@ DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather",
 
 
 def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
-    """Loop steps per `stablehlo.while` iteration: `unroll` if given, else automatic.
+    """Loop steps per `stablehlo.while` iteration: `unroll` if given, else automatic;
+    at most MAX_GPU_UNROLL in exports for a GPU.
 
     Automatic: 1 for bodies with effects (an inactive step would run them),
     with a carry over 64 KiB (`_gpu_export.scaled`; the predicated steps select
@@ -60,12 +66,13 @@ def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
     and in MAX_UNROLLED_EQUATIONS equations, at most 64 (tiny bodies unroll
     more).
     """
+    most = MAX_GPU_UNROLL if for_gpu() else MAX_UNROLL
     if unroll is not None:
-        return unroll
+        return min(unroll, most)
     if cond_jaxpr.effects or body_jaxpr.effects:
         return 1
     cond_jaxpr, body_jaxpr = onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
-    return _fitting_steps(body_jaxpr.jaxpr, [cond_jaxpr.jaxpr], MAX_UNROLL)
+    return _fitting_steps(body_jaxpr.jaxpr, [cond_jaxpr.jaxpr], most)
 
 
 def unrolled_scans(closed: ClosedJaxpr) -> ClosedJaxpr:

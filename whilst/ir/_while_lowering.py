@@ -122,7 +122,6 @@ from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
 from whilst.ir._tracing import COUNTER_AVAL, always_true, call, trace_closed
 from whilst.ir._trip_count import counter_trips, integer_strides
-from whilst.ir._gpu_export import for_gpu
 from whilst.ir._unroll import unroll_factor, unrolled_scans
 
 ROLE_ATTR = "whilst.role"
@@ -455,14 +454,12 @@ def _passes(cond_jaxpr, consts, strides, i, bound, first, m, flat):
 
 def _pick_step(column, steps, stride):
     """`column[steps]`, bit for bit: `column[0] + stride * steps` for a carry with
-    an integer stride, else a one-hot reduction (`_onehot.pick`), or a chain of
-    selects where that takes no such dtype, and in exports for a GPU: IREE 3.13's
-    cuda code of the reduction over 65 stacked carries (sin, k = 64) left some
-    elements 0 (`bench/iree_limits/gpu_pick_reduction.py`)."""
+    an integer stride, else a one-hot reduction (`_onehot.pick`; a chain of
+    selects where that takes no such dtype)."""
     if stride is not None:
         dtype = column[0].dtype
         return column[0] + steps.astype(dtype) * _multiples(stride, 2, dtype)[1]
-    if not selectable(column[0].dtype) or for_gpu():
+    if not selectable(column[0].dtype):
         chosen = column[0]
         for s, x in enumerate(column[1:], 1):
             chosen = jnp.where(steps == s, x, chosen)
