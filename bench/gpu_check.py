@@ -8,7 +8,7 @@ Two steps, since a GPU machine may have no IREE compiler (only `iree-base-runtim
 
 `prepare` compiles each program into one module for llvm-cpu, cuda and vulkan-spirv,
 runs it with `local-sync` and saves the module, its inputs and the CPU outputs in DIR.
-`prepare` also compiles each program's floor for llvm-cpu and cuda: the same program
+It also compiles each program's floor for llvm-cpu and cuda: the same program
 with each whilst loop replaced by a `lax.scan` of exactly the steps it takes on these
 inputs (`fixed_length.py`), what IREE 3.13 makes of the framework's own exact-length
 program; it is kept where its CPU result matches (without the entry's `stream.affinity`
@@ -18,8 +18,9 @@ with the CPU outputs of the same module, checks JAX's GPU result against them to
 JAX sees a GPU, times all of them and the floor on cuda interleaved in one process
 (`_timing.measure`), times small calls again in `iree-benchmark-module` (what
 `whilst.runtime` adds to a call), and writes DIR/gpu.json and DIR/gpu.png; `merge`
-joins the results of runs made back to back (a driver per process). It exits non-zero if any
-result differs. With no GPU driver it says so and exits 0, so the pair runs anywhere.
+joins the results of runs made back to back (a driver per process). It exits non-zero
+if any result differs. With no GPU driver it says so and exits 0, so the pair runs
+anywhere.
 
 Programs: those of `iree_vs_jax.py` (sin, pushpop, tanh and each sample's
 `bench_program`), the README's quickstart gradient, and two large batches where the
@@ -365,7 +366,9 @@ def print_results(results) -> None:
         if "cuda" in drivers:
             line.append(fmt_ratio(cuda_s / r["cuda_module_s"])
                         if r.get("cuda_module_s") and cuda_s else "-")
-        line += [f"{r[f'{d}_error']:.1e}" if f"{d}_error" in r else "failed" for d in drivers]
+        line += [f"{r[f'{d}_error']:.1e}" if f"{d}_error" in r else
+                 "failed" if any(f.startswith(f"{r['program']} on {d}:")
+                                 for f in results["failures"]) else "-" for d in drivers]
         lines.append(line)
     table(f"\nIREE on the GPU against JAX on the GPU ({results['machine']}; medians; error "
           "= largest difference from the CPU result of the same module)", header, lines)

@@ -1,5 +1,6 @@
 """The embedded runtime: load `.vmfb` modules and call them with pytrees of numpy
-arrays. Imports only numpy and `iree.runtime` (no JAX, no compiler).
+arrays (or of `DeviceArray`s, results left on the device). Imports only numpy and
+`iree.runtime` (no JAX, no compiler).
 
 Public submodules shared with the compiler: `signature` (the metadata format),
 `seal` (the integrity checksum) and `targets` (targets and drivers)."""
@@ -9,5 +10,5 @@ from whilst.runtime._module_file import ModuleInfo, describe
 from whilst.runtime._transfer import DeviceArray
 from whilst.runtime.targets import DRIVERS
 
-__all__ = ["DRIVERS", "DeviceArray", "Function", "LoadError", "Module", "ModuleInfo", "RunError", "describe",
-           "load"]
+__all__ = ["DRIVERS", "DeviceArray", "Function", "LoadError", "Module", "ModuleInfo", "RunError",
+           "describe", "load"]
