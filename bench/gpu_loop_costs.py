@@ -6,11 +6,12 @@ Two steps, as `gpu_check.py` (the GPU machine may have only `iree-base-runtime`)
     python bench/gpu_loop_costs.py prepare DIR     # where iree-base-compiler is installed
     python bench/gpu_loop_costs.py run DIR         # on the GPU machine
 
-`prepare` compiles the loops below (StableHLO written out, N iterations counted from
-an argument) for `cuda` and `vulkan-spirv`, and prints each loop's stream-phase
-counts per iteration. `run` times each module with `iree-benchmark-module` under
-several runtime flag sets (the CUDA HAL's allocation options) and prints
-microseconds per iteration, the module's time over N.
+`prepare` compiles the loops below (StableHLO written out, running as many iterations
+as an argument says) for `cuda` and `vulkan-spirv`, and prints each loop's
+stream-phase counts per iteration. `run` times each module at `--iterations` with
+`iree-benchmark-module` under several runtime flag sets per driver (the HAL's
+allocation options) and prints microseconds per iteration, the module's time over
+the iterations. Results of an H100: `bench/results/gpu_loop_costs.json`.
 
   alloc:    x = sin(x) * 0.9 + 0.1 on f32[64]; IREE gives each iteration's new x a
             fresh buffer (`stream.resource.alloca` awaiting the last iteration).
@@ -27,7 +28,6 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 
 ROWS = 1000  # rows of the in-place loop's buffer: at most this many iterations
 AFFINITY = 'attributes {stream.affinity = #hal.device.affinity<@__device_0>}'
