@@ -12,14 +12,13 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import write_json  # noqa: E402
-from gpu_loop_costs import time_module  # noqa: E402
+from gpu_loop_costs import time_module_on  # noqa: E402
 
 PROGRAMS = ("quickstart: grad", "pushpop 1000", "sample:lstm", "sample:newton")
 CALLS = 30
@@ -43,30 +42,25 @@ def main(out_dir: str, programs) -> None:
     with open(os.path.join(out_dir, "manifest.json")) as f:
         manifest = json.load(f)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in programs:
-            stem = manifest[name]["stem"]
-            path = os.path.join(out_dir, stem + ".vmfb")
-            with np.load(os.path.join(out_dir, stem + "_in.npz")) as data:
-                args = [data[f"arr_{i}"] for i in range(len(data.files))]
-            with open(path, "rb") as f:
-                module = whilst.runtime.load(f.read(), driver="cuda")
-            on_device = [module.to_device(a) for a in args]
-            inputs = []
-            for k, a in enumerate(args):
-                np.save(os.path.join(tmp, f"{stem}_{k}.npy"), a)
-                inputs.append("@" + os.path.join(tmp, f"{stem}_{k}.npy"))
-            row = {"program": name,
-                   "numpy_s": _median_call(lambda: module.main(*args)),
-                   "device_arrays_s": _median_call(lambda: module.main.on_device(*on_device)),
-                   "module_s": time_module(path, "cuda", tool_flags("cuda"), inputs, CALLS),
-                   "module_iree_defaults_s": time_module(path, "cuda", [], inputs, 10)}
-            rows.append(row)
-            print(f"{name:18s} numpy in/out {row['numpy_s'] * 1e3:7.3f} ms, device arrays "
-                  f"{row['device_arrays_s'] * 1e3:7.3f} ms, iree-benchmark-module "
-                  f"{row['module_s'] * 1e3:7.3f} ms (IREE's default settings "
-                  f"{row['module_iree_defaults_s'] * 1e3:7.3f} ms): "
-                  f"{row['numpy_s'] / row['module_s']:.2f}x", flush=True)
+    for name in programs:
+        stem = manifest[name]["stem"]
+        path = os.path.join(out_dir, stem + ".vmfb")
+        with np.load(os.path.join(out_dir, stem + "_in.npz")) as data:
+            args = [data[f"arr_{i}"] for i in range(len(data.files))]
+        with open(path, "rb") as f:
+            module = whilst.runtime.load(f.read(), driver="cuda")
+        on_device = [module.to_device(a) for a in args]
+        row = {"program": name,
+               "numpy_s": _median_call(lambda: module.main(*args)),
+               "device_arrays_s": _median_call(lambda: module.main.on_device(*on_device)),
+               "module_s": time_module_on(path, "cuda", tool_flags("cuda"), args, CALLS),
+               "module_iree_defaults_s": time_module_on(path, "cuda", [], args, 10)}
+        rows.append(row)
+        print(f"{name:18s} numpy in/out {row['numpy_s'] * 1e3:7.3f} ms, device arrays "
+              f"{row['device_arrays_s'] * 1e3:7.3f} ms, iree-benchmark-module "
+              f"{row['module_s'] * 1e3:7.3f} ms (IREE's default settings "
+              f"{row['module_iree_defaults_s'] * 1e3:7.3f} ms): "
+              f"{row['numpy_s'] / row['module_s']:.2f}x", flush=True)
     write_json(os.path.join(out_dir, "gpu_call_cost.json"), {"rows": rows})
 
 

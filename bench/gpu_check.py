@@ -306,17 +306,10 @@ def merge(out_dir: str, parts: list[str]) -> int:
 def _module_time(path: str, args) -> float | None:
     """Seconds per call of `main` on cuda in `iree-benchmark-module` (no Python),
     with whilst's device settings (`whilst.runtime._devices.tool_flags`)."""
-    import tempfile
-
-    from gpu_loop_costs import time_module
+    from gpu_loop_costs import time_module_on
     from whilst.runtime._devices import tool_flags
 
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs = []
-        for k, a in enumerate(args):
-            np.save(os.path.join(tmp, f"{k}.npy"), a)
-            inputs.append("@" + os.path.join(tmp, f"{k}.npy"))
-        return time_module(path, "cuda", tool_flags("cuda"), inputs, repetitions=30)
+    return time_module_on(path, "cuda", tool_flags("cuda"), args, repetitions=30)
 
 
 def _leaves(outputs) -> list:

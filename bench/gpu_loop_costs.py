@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 ROWS = 1000  # rows of the in-place loop's buffer: at most this many iterations
@@ -144,6 +145,19 @@ def time_module(path: str, device: str, flags: list[str], inputs: list[str],
     real = runs[0]["real_time"]
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[runs[0]["time_unit"]]
     return real * scale
+
+
+def time_module_on(path: str, device: str, flags: list[str], arrays,
+                   repetitions: int = 20) -> float | None:
+    """`time_module` with numpy arrays as the inputs (saved as .npy files for it)."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = []
+        for k, a in enumerate(arrays):
+            np.save(os.path.join(tmp, f"{k}.npy"), a)
+            inputs.append("@" + os.path.join(tmp, f"{k}.npy"))
+        return time_module(path, device, flags, inputs, repetitions)
 
 
 def run(out_dir: str, n: int, repetitions: int, drivers) -> None:

@@ -13,7 +13,7 @@ from whilst.runtime._devices import device
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
-from whilst.runtime._transfer import DeviceArray, to_device, to_host
+from whilst.runtime._transfer import DeviceArray, raw_dtype, to_device, to_host
 from whilst.runtime.targets import DRIVERS
 
 
@@ -54,16 +54,16 @@ class Function:
         `arg_names` lists; inputs follow the casting rule of `whilst.runtime._inputs`
         (a `DeviceArray` from a module loaded with the same driver is used in place).
         Returns the exported function's outputs as numpy arrays."""
-        return self._outputs(self._module._invoke(self.name, self._flat_inputs(args, kwargs),
-                                                  self._output_dtypes, host=True))
+        return self._call(args, kwargs, host=True)
 
     def on_device(self, *args, **kwargs):
         """`fn(*args)`, but its outputs stay on the device: `DeviceArray`s, which a
         later call takes without a copy and `np.asarray` copies to the host."""
-        return self._outputs(self._module._invoke(self.name, self._flat_inputs(args, kwargs),
-                                                  self._output_dtypes, host=False))
+        return self._call(args, kwargs, host=False)
 
-    def _outputs(self, outs):
+    def _call(self, args, kwargs, host: bool):
+        outs = self._module._invoke(self.name, self._flat_inputs(args, kwargs),
+                                    self._output_dtypes, host)
         if self.signature is None:
             return outs[0] if len(outs) == 1 else outs
         return sig.unflatten(self.signature["outputs"], outs)
@@ -224,8 +224,7 @@ class Module:
                 self._context.vm_context.invoke(self._vm_functions[name], args, results)
                 views = _buffer_views(rt, results)
                 if dtypes is None:
-                    dtypes = [np.dtype(rt.HalElementType.map_to_dtype(v.element_type))
-                              for v in views]
+                    dtypes = [raw_dtype(v) for v in views]
                 if host:
                     return to_host(self.device, views, dtypes)
                 return [DeviceArray(self.device, v, d) for v, d in zip(views, dtypes)]

@@ -64,7 +64,7 @@ def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
         if buffer.byte_length() == 0:
             arrays[k] = np.empty(tuple(view.shape), dtypes[k])
         elif _mappable(rt, buffer):  # copied: the mapping does not keep the buffer alive
-            mapped = view.map().asarray(tuple(view.shape), _raw_dtype(rt, view))
+            mapped = view.map().asarray(tuple(view.shape), raw_dtype(view))
             arrays[k] = np.array(mapped, dtype=dtypes[k], copy=True)
         else:
             pending.append(k)
@@ -83,7 +83,7 @@ def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
         rt.HalFence.create_at(semaphore, len(pending)).wait()
         for k in pending:
             view = buffer_views[k]
-            mapped = staging[k].map().asarray(tuple(view.shape), _raw_dtype(rt, view))
+            mapped = staging[k].map().asarray(tuple(view.shape), raw_dtype(view))
             arrays[k] = np.array(mapped, dtype=dtypes[k], copy=True)
     return arrays
 
@@ -93,6 +93,7 @@ def _mappable(rt, buffer) -> bool:
             and buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED))
 
 
-def _raw_dtype(rt, view) -> np.dtype:
-    return np.dtype(rt.HalElementType.map_to_dtype(view.element_type))
+def raw_dtype(view) -> np.dtype:
+    """The numpy dtype of a buffer view's elements, as IREE stores them."""
+    return np.dtype(_rt().HalElementType.map_to_dtype(view.element_type))
 
