@@ -3,8 +3,10 @@ keep behaviour (a restructuring) can show its modules are byte-identical.
 
 Programs: the IREE conformance corpus (`tests/test_iree_corpus.py`), the bench programs
 and the samples (`bench/gpu_check.py`'s quick set). For each program and each target
-(llvm-cpu, vulkan-spirv, cuda): the sha256 of the VHLO artifact `whilst.export` makes and
-of the module text `whilst.compile` hands to iree-compile. No iree-compile runs.
+(llvm-cpu, vulkan-spirv, cuda): the sha256 of the StableHLO text `whilst.export` makes and
+of the module text `whilst.compile` hands to iree-compile, both without source locations
+(the VHLO artifact records the file and line of every op's Python source, whilst's own
+included, so any edit of whilst changes it). No iree-compile runs.
 
     python bench/export_hashes.py > before.json          # on the old code
     python bench/export_hashes.py --compare before.json  # on the new: lists differences
@@ -34,7 +36,7 @@ def programs() -> dict:
 
 
 def hashes() -> dict:
-    """`{program: {target: {"vhlo": sha256, "prepared": sha256}}}` (or the error)."""
+    """`{program: {target: {"stablehlo": sha256, "prepared": sha256}}}` (or the error)."""
     import whilst
     from whilst._compile import prepare_stage
 
@@ -49,10 +51,16 @@ def hashes() -> dict:
                 out[name][target] = {"error": f"{type(e).__name__}: {e}"}
                 continue
             out[name][target] = {
-                "vhlo": hashlib.sha256(exported.serialized).hexdigest(),
+                "stablehlo": hashlib.sha256(_without_locations(exported.text).encode()).hexdigest(),
                 "prepared": hashlib.sha256(prepared.encode()).hexdigest()}
         print(f"hashed {name}", file=sys.stderr, flush=True)
     return out
+
+
+def _without_locations(text: str) -> str:
+    from iree.compiler import ir
+    with ir.Context():
+        return ir.Module.parse(text).operation.get_asm(enable_debug_info=False)
 
 
 def main():
