@@ -1,5 +1,5 @@
 """Scatters with batching dimensions (vmapped writes at per-lane positions) in the
-explicit-index form IREE 3.13 compiles (whilst.ir._batched_scatter): the same
+explicit-index form IREE 3.13 compiles (whilst.ir.iree_forms._batched_scatter): the same
 results as JAX's own batched scatter, bit for bit, for every position in and out
 of bounds."""
 import jax
@@ -9,7 +9,7 @@ import pytest
 from jax import lax
 
 import whilst
-from whilst.ir._batched_scatter import explicit_batch_indices
+from whilst.ir.iree_forms._batched_scatter import explicit_batch_indices
 from whilst.ir._tracing import call
 
 B = 3

@@ -12,7 +12,7 @@ import pytest
 import whilst
 from conftest import nested_sin_oracle
 from whilst.ir import iter_loops, schedule_cost
-from whilst.ir._checkpoint_schedule import (
+from whilst.ir.reverse._schedule import (
     EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step, policy_step_jnp,
     split, split_jnp, split_loop, split_py)
 
@@ -47,7 +47,7 @@ def boundary_trip_counts(K):
 def test_gradients_match_the_unrolled_loop(K, form, monkeypatch):
     """Both forms of the gradient While's body (`_checkpoint._transpose`)."""
     if form == "portable":
-        monkeypatch.setattr("whilst.ir._checkpoint.xla_cpu_choice",
+        monkeypatch.setattr("whilst.ir.reverse._checkpointed.xla_cpu_choice",
                             lambda xla_cpu, portable, *args: portable(*args))
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=3)
     for n in boundary_trip_counts(K):
@@ -185,7 +185,7 @@ def test_split_is_exact_at_every_binomial_boundary():
 def test_schedule_is_binomially_optimal_and_beats_the_online_bound():
     # One segment from step 0 (all K slots free) costs revolve's minimum; the forward's
     # slots make each step recompute at most once up to (K+1)(K+2)/2 - 1 steps.
-    from whilst.ir._checkpoint_schedule import reversal_advances_py
+    from whilst.ir.reverse._schedule import reversal_advances_py
     for K, n, optimum in [(3, 11, 18), (4, 16, 27), (2, 24, 88)]:
         assert reversal_advances_py(n, K, [0] + [EMPTY] * (K - 1)) == optimum
     for K in [2, 4, 16]:
@@ -244,7 +244,7 @@ def test_compiles_and_runs_on_iree():
 
 def test_vmap_of_grad_with_per_example_trip_counts_on_iree():
     """Every lane stores and restores its own checkpoints (the slot writes and reads
-    at per-lane slots, on IREE in explicit-index form: whilst/ir/_batched_scatter.py);
+    at per-lane slots, on IREE in explicit-index form: whilst/ir/iree_forms/_batched_scatter.py);
     trip counts around the online policy's switch and past it, mixed in each batch."""
     K = 2
     grad = jax.vmap(jax.grad(lambda x, w, n: loss(x, w, n, K)), in_axes=(0, None, 0))

@@ -1,6 +1,6 @@
 """Loop bodies that read and write rows at positions the carry holds (`xs[t]`,
 `ys.at[t].set(h)`), over arrays too large for one-hot selects, run on IREE as
-gathers and scatters (`whilst.ir._device_indexing`): the same answers as Python,
+gathers and scatters (`whilst.ir.iree_forms._device_indexing`): the same answers as Python,
 and no readback of the position per step."""
 import pathlib
 import sys

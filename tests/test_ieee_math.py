@@ -1,5 +1,5 @@
 """`x ** y` with an array exponent and `atan2` give XLA's results on IREE, special
-cases included (whilst/ir/_ieee_math.py): IREE 3.13 returns NaN for a negative base
+cases included (whilst/ir/iree_forms/_ieee_math.py): IREE 3.13 returns NaN for a negative base
 with an integral exponent, for x ** 0 with x <= 0, and for atan2 of two zeros or
 two infinities."""
 import jax.numpy as jnp

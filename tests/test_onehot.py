@@ -1,5 +1,5 @@
 """Reads and writes of small arrays at computed positions as one-hot selects
-(whilst.ir._onehot): bit-for-bit the indexed forms, so that such loop bodies unroll
+(whilst.ir.iree_forms._onehot): bit-for-bit the indexed forms, so that such loop bodies unroll
 on IREE with the results of k = 1."""
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ from jax import lax
 
 import whilst
 from whilst.lowering import unroll_factors
-from whilst.ir._onehot import ONE_HOT_ELEMENTS, onehot_indexing
+from whilst.ir.iree_forms._onehot import ONE_HOT_ELEMENTS, onehot_indexing
 from whilst.ir._tracing import call
 
 INDEXING = {"dynamic_slice", "dynamic_update_slice", "gather", "scatter", "scatter-add",

@@ -1,4 +1,4 @@
-"""Small residual rows of one dtype share one stack (`whilst.ir._packing`): packing
+"""Small residual rows of one dtype share one stack (`whilst.ir.reverse._packing`): packing
 round-trips bit for bit, gradients equal `jax.grad` of the Python-unrolled loop,
 and on IREE the gradient runs with the same answer."""
 import functools
@@ -12,7 +12,7 @@ from jax.core import ShapedArray
 import whilst
 from conftest import unrolled
 from whilst.ir._inspect import iter_loops
-from whilst.ir._packing import PACK_ELEMENTS, PACK_ROW_ELEMENTS, RowPacking
+from whilst.ir.reverse._packing import PACK_ELEMENTS, PACK_ROW_ELEMENTS, RowPacking
 
 
 def avals(*specs):

@@ -1,5 +1,5 @@
 """Float-to-integer conversions give XLA's saturated results on IREE
-(whilst/ir/_saturating_casts.py): IREE 3.13 turns NaN, infinities and
+(whilst/ir/iree_forms/_saturating_casts.py): IREE 3.13 turns NaN, infinities and
 out-of-range values into 0x80000000 on x86."""
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Indexing over symbolic dims in the forms IREE 3.13 compiles (whilst/ir/_symbolic_indexing.py):
+"""Indexing over symbolic dims in the forms IREE 3.13 compiles (whilst/ir/iree_forms/_symbolic_indexing.py):
 each op, exported with a symbolic dim `b` by `whilst.export` (which rewrites it), gives
 JAX's own result on XLA and on IREE at several sizes, clamped starts included."""
 import jax

@@ -117,7 +117,7 @@ def threefry_rounds_unrolled():
     unrolled (its rule for other platforms), not in a 5-step loop: IREE 3.13 runs
     a loop's steps from the host, and iree-compile fails ("failed to solve for
     timepoint coverage") on that loop in loop bodies nested two deep, where the
-    chunked reverse mode (`whilst.ir._budget`) puts a random loop body
+    chunked reverse mode (`whilst.ir.reverse._budget`) puts a random loop body
     (tests/test_prng_keys.py)."""
     # Without its CPU rule, jax uses threefry2x32's default one: unrolled rounds.
     saved = _platform_specific_lowerings["cpu"].pop(_threefry2x32.threefry2x32_p, None)

@@ -3,7 +3,7 @@
 // by jax.export, no whilst) is rejected by iree-compile:
 //   'iree_linalg_ext.scatter' op expected indices to be equal to batch rank or batch rank + 1
 // whilst gives every exported scatter explicit batch index columns instead
-// (whilst/ir/_batched_scatter.py), which compiles and runs.
+// (whilst/ir/iree_forms/_batched_scatter.py), which compiles and runs.
 //   iree-compile --iree-hal-target-device=local \
 //     --iree-hal-local-target-device-backends=llvm-cpu batched_scatter.mlir -o /dev/null
 module @jit_write attributes {jax.uses_shape_polymorphism = false, mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {

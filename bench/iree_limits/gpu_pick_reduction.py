@@ -2,7 +2,7 @@
 (H100, sm_80 PTX; under IREE's default runtime settings and whilst's alike). After its
 full iterations the loop picks the carry of the steps that passed out of the k + 1
 carries it computed. Unrolled 64 times with the pick a one-hot sum
-(`whilst.ir._onehot.pick`), elements of the result come back 0 for every n (0
+(`whilst.ir.iree_forms._onehot.pick`), elements of the result come back 0 for every n (0
 included, where no iteration runs); with the pick a chain of selects instead, the
 result is wrong where the loop ends before its first full iteration (0 < n < k), at
 k = 32 as at 64. Unrolled 4, 8 or 16 times, both forms are right for every n, and a

@@ -1,7 +1,7 @@
 """Which op forms IREE 3.13 (llvm-cpu) accepts for writing and reading a row of
 symbolic shape `x: f32[b]` of a residual stack `f32[20, b]` (the row push and pop
 of a vmapped gradient over a symbolic batch; whilst emits the accepted forms,
-`whilst/ir/_symbolic_indexing.py`):
+`whilst/ir/iree_forms/_symbolic_indexing.py`):
 
   * write, `dynamic_update_slice(stack, row[1, b], i, 0)`: REJECTED ("failed to
     legalize operation 'stablehlo.dynamic_update_slice' that was explicitly marked

@@ -3,7 +3,7 @@
 // ('tensor<64x2xui32>') that remained live after conversion"): here rows of uint32
 // written one per step at the counter, as whilst writes the checkpoints of a loop
 // carrying PRNG key data. The same loop on float32 or int32 rows compiles. whilst
-// writes unsigned rows with dynamic_update_slice (whilst/ir/_device_indexing.py, the
+// writes unsigned rows with dynamic_update_slice (whilst/ir/iree_forms/_device_indexing.py, the
 // pushes of whilst/ir/_while_lowering.py), at one readback of the position per step.
 //   iree-compile --iree-hal-target-device=local \
 //     --iree-hal-local-target-device-backends=llvm-cpu unsigned_scatter.mlir -o /dev/null

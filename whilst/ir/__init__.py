@@ -1,16 +1,17 @@
 """The IR: the functional While primitive and all its rules (forward mode, batching,
 reverse mode with the gradient While, partial evaluation for remat, MLIR lowering).
 Importing any part of `whilst.ir` registers every rule of every primitive defined here."""
-from whilst.ir import _linearize, _partial_eval, _while_lowering  # noqa: F401 (register rules)
+from whilst.ir import _partial_eval, _while_lowering  # noqa: F401 (register rules)
+from whilst.ir.reverse import _policy  # noqa: F401 (registers the linearization)
 from whilst.ir._buffers import uninitialized_p
-from whilst.ir._checkpoint import (
+from whilst.ir.reverse._checkpointed import (
     checkpointed_linear_while_p, expand_checkpointed_linear_while)
-from whilst.ir._checkpoint_schedule import schedule_cost
+from whilst.ir.reverse._schedule import schedule_cost
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
-from whilst.ir._linearize import DEFAULT_GRADIENT_MEMORY
+from whilst.ir.reverse._policy import DEFAULT_GRADIENT_MEMORY
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
-from whilst.ir._reverse import expand_linear_while, linear_while_p
+from whilst.ir.reverse._stored import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
 from whilst.ir._unroll import unroll_factor
 from whilst.ir._while_lowering import exported_loop_forms

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
 
-from whilst.ir._budget import CHUNKED_LOOPS
+from whilst.ir.reverse._budget import CHUNKED_LOOPS
 from whilst.ir._functional_while import functional_while_p
 
 
@@ -77,7 +77,7 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     for each forward While with accumulators, and each loop that runs in
     chunks past its `gradient_memory` (`max_iterations`: a chunk's steps), its
     residual stacks: shapes, bytes per iteration and bytes in all (small
-    residuals of one dtype share a stack, see `whilst.ir._packing`). Loop
+    residuals of one dtype share a stack, see `whilst.ir.reverse._packing`). Loop
     invariants (values computed from closed-over arrays only) are hoisted and do
     not appear here.
     """

@@ -17,7 +17,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._functional_while import functional_while_p
 from whilst.ir._gpu_export import for_gpu, scaled
-from whilst.ir._onehot import onehot_indexing
+from whilst.ir.iree_forms._onehot import onehot_indexing
 
 MAX_UNROLL = 64
 # Exports for a GPU unroll at most this many steps, `unroll=` included: IREE 3.13's

@@ -113,13 +113,13 @@ from jax.interpreters import mlir, partial_eval as pe
 
 from whilst._jax_compat import (
     dynamic_slice, dynamic_update_slice, ir_consts, reshape, slice_op, split_list)
-from whilst.ir._device_indexing import device_indexing, scatter_rows
-from whilst.ir._export_forms import export_forms
+from whilst.ir.iree_forms._device_indexing import device_indexing, scatter_rows
+from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir._buffers import uninitialized_values
 from whilst.ir._functional_while import functional_while_p, split_operands
-from whilst.ir._onehot import onehot_indexing, pick, selectable
+from whilst.ir.iree_forms._onehot import onehot_indexing, pick, selectable
 from whilst.ir._stacks import pushed_rows, split_pops
-from whilst.ir._symbolic_indexing import has_symbolic_rows, read_row, write_row
+from whilst.ir.iree_forms._symbolic_indexing import has_symbolic_rows, read_row, write_row
 from whilst.ir._tracing import COUNTER_AVAL, always_true, call, trace_closed
 from whilst.ir._trip_count import counter_trips, integer_strides
 from whilst.ir._unroll import unroll_factor, unrolled_scans

@@ -9,7 +9,7 @@ import numpy as np
 from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
-from whilst.ir._export_forms import export_forms
+from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir._gpu_export import exporting_for_gpu
 from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
@@ -98,7 +98,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
 def _in_iree_forms(fn, specs):
     """`fn`, or where its ops outside whilst loops need them (loop bodies get theirs
     when lowered, `whilst.ir._while_lowering`), an equivalent function in the forms
-    IREE compiles and runs as XLA does (`whilst.ir._export_forms`)."""
+    IREE compiles and runs as XLA does (`whilst.ir.iree_forms._export_forms`)."""
     closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*specs)
     rewritten = export_forms(closed)
     if rewritten is closed:

@@ -38,7 +38,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst._jax_compat import is_constant_shape
-from whilst.ir._index_bounds import clip_index
+from whilst.ir.iree_forms._index_bounds import clip_index
 from whilst.ir._rewrite import rewrite_equations
 
 Mode = lax.GatherScatterMode

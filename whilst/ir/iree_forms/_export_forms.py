@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from jax.extend.core import ClosedJaxpr
 
-from whilst.ir._batched_scatter import explicit_batch_indices
-from whilst.ir._ieee_math import ieee_math
-from whilst.ir._index_bounds import in_bounds_indexing
-from whilst.ir._saturating_casts import saturating_casts
-from whilst.ir._symbolic_indexing import symbolic_indexing
+from whilst.ir.iree_forms._batched_scatter import explicit_batch_indices
+from whilst.ir.iree_forms._ieee_math import ieee_math
+from whilst.ir.iree_forms._index_bounds import in_bounds_indexing
+from whilst.ir.iree_forms._saturating_casts import saturating_casts
+from whilst.ir.iree_forms._symbolic_indexing import symbolic_indexing
 from whilst.ir._xla_cpu_choice import portable_forms
 
 

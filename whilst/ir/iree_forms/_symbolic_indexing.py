@@ -25,7 +25,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr
 
 from whilst._jax_compat import is_constant_shape
-from whilst.ir._index_bounds import clip_index
+from whilst.ir.iree_forms._index_bounds import clip_index
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
 
 GatherScatterMode = lax.GatherScatterMode

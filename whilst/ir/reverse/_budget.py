@@ -64,13 +64,13 @@ from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_constant_shape, split_list
 from whilst.ir._buffers import uninitialized
-from whilst.ir._checkpoint import (
+from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step
+from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
-from whilst.ir._reverse import StepResiduals, transpose_linear_while
+from whilst.ir.reverse._stored import StepResiduals, transpose_linear_while
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor

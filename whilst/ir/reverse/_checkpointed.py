@@ -23,7 +23,7 @@ steps. It emits::
 
 Partial evaluation keeps (a) in the forward pass. The transpose of (b) is the
 **checkpointed gradient While** (role "gradient"): one `functional_while` whose
-body is the state machine of `whilst.ir._checkpoint_schedule`. Each iteration
+body is the state machine of `whilst.ir.reverse._schedule`. Each iteration
 either advances one step (and stores the new carry when it reaches the planned
 step), or reverses one step with the body's vjp, accumulating the cotangents of
 the constants, and restores the latest checkpoint. It plans the reversal from the
@@ -71,10 +71,10 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
-from whilst.ir._checkpoint_schedule import EMPTY, policy_init, policy_step, split
+from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
-from whilst.ir._selected_branches import schedule_branch, selected_schedule
+from whilst.ir.iree_forms._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
@@ -93,7 +93,7 @@ def write_slot(buf, k, x, when):
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                            body_nconsts, static_bound, name, role, unroll, checkpoints):
     """The linearize rule of `functional_while_p` when `checkpoints` is set."""
-    del unroll  # the loops below choose their own (see whilst/ir/_reverse.py)
+    del unroll  # the loops below choose their own (see whilst/ir/reverse/_stored.py)
     K = checkpoints
     schedule_selected = role == "gradient"  # a gradient of a gradient While
     if schedule_selected:

@@ -17,10 +17,10 @@ import jax
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import def_linearization
-from whilst.ir._budget import budget_linearize, budget_split
-from whilst.ir._checkpoint import checkpointed_linearize
+from whilst.ir.reverse._budget import budget_linearize, budget_split
+from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir._functional_while import functional_while_p
-from whilst.ir._reverse import step_residuals, stored_linearize
+from whilst.ir.reverse._stored import step_residuals, stored_linearize
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 
 DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop

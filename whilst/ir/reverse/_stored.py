@@ -64,7 +64,7 @@ from whilst._jax_compat import (
 from whilst.ir._buffers import ZeroStarted
 from whilst.ir._functional_while import (
     COUNTER_AVAL, def_by_expansion, functional_while, split_operands)
-from whilst.ir._packing import RowPacking
+from whilst.ir.reverse._packing import RowPacking
 from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
