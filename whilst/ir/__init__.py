@@ -1,8 +1,7 @@
 """The IR: the functional While primitive and all its rules (forward mode, batching,
 reverse mode with the gradient While, partial evaluation for remat, MLIR lowering).
 Importing any part of `whilst.ir` registers every rule of every primitive defined here."""
-from whilst.ir import _partial_eval, _while_lowering  # noqa: F401 (register rules)
-from whilst.ir.reverse import _policy  # noqa: F401 (registers the linearization)
+from whilst.ir import _rules  # noqa: F401 (registers the rules of functional_while_p)
 from whilst.ir._buffers import uninitialized_p
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linear_while_p, expand_checkpointed_linear_while)

@@ -65,8 +65,6 @@ ROLES = ("forward", "gradient", "linear")
 
 functional_while_p = Primitive("functional_while")
 functional_while_p.multiple_results = True
-functional_while_p.def_impl(lambda *args, **params: apply_primitive(
-    functional_while_p, *args, **params))
 
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
@@ -139,13 +137,11 @@ def def_by_expansion(primitive, expand):
     mlir.register_lowering(primitive, mlir.lower_fun(expand, multiple_results=True))
 
 
-def _abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):
+def functional_while_abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):
     effects = join_effects(cond_jaxpr.effects, body_jaxpr.effects)
     carry, rows = split_list(body_jaxpr.out_avals, [len(body_jaxpr.out_avals) - accumulators])
     return [COUNTER_AVAL, *carry, *stack_avals(rows, stack_rows)], effects
 
-
-functional_while_p.def_effectful_abstract_eval(_abstract_eval)
 
 
 def _carry_avals(body_jaxpr, body_nconsts):
@@ -168,12 +164,12 @@ def jvp_body(body_jaxpr, const_nz, carry_nz):
     raise AssertionError("no fixed point of the non-zero tangents")
 
 
-def _jvp_rule(primals, tangents, **params):
+def functional_while_jvp(primals, tangents, **params):
     """Carry the tangents of the carry alongside it, through the same While."""
     if StackParams.of(params).any:
         operands, new_params = explicit_form(primals, params)
         new_stacks = operands[len(operands) - params["accumulators"]:]
-        return _jvp_rule(operands, explicit_layout(
+        return functional_while_jvp(operands, explicit_layout(
             params, tangents, [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]),
             **new_params)
     return _jvp_plain(primals, tangents, **params)
@@ -219,8 +215,6 @@ def _jvp_plain(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
     return [counter, *carry_out], [Zero(COUNTER_AVAL.to_tangent_aval()), *tangents_out]
 
 
-ad.primitive_jvps[functional_while_p] = _jvp_rule
-
 
 # -------------------------------------------------------------------- batching
 
@@ -230,7 +224,7 @@ def _move_to_front(x, dim, batched_now, size):
     return moveaxis(x, dim, 0)
 
 
-def _batching_rule(axis_data, args, dims, **params):
+def functional_while_batching(axis_data, args, dims, **params):
     """vmap: a lane whose predicate turned false keeps its carry while others run on.
 
     Pushed rows are not held back for finished lanes: a lane's rows past its own
@@ -326,5 +320,3 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
         static_bound=static_bound, **params, **sp.as_params())
     return [bounds - remaining, *outs], [0] * (1 + ncarry) + stack_dims
 
-
-batching.fancy_primitive_batchers[functional_while_p] = _batching_rule

@@ -70,7 +70,7 @@ def _known_loop(unknowns, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts,
     return [*cc_uk, *bc_uk, False, *carry_uk], [False, *carry_uk], known_params
 
 
-def _partial_eval(trace, *tracers, **params):
+def functional_while_partial_eval(trace, *tracers, **params):
     """Partial evaluation by `JaxprTrace` (remat's transpose splits its staged jaxpr
     with it)."""
     unknowns = [not t.pval.is_known() for t in tracers]
@@ -84,7 +84,7 @@ def _partial_eval(trace, *tracers, **params):
     return merge_lists(out_uk, known_out, [t for t, uk in zip(staged, out_uk) if uk])
 
 
-def _partial_eval_custom(saveable, unks_in, inst_in, eqn):
+def functional_while_partial_eval_custom(saveable, unks_in, inst_in, eqn):
     """Partial evaluation of a jaxpr's equation (remat splits f's jvp with it):
     `(known eqn, staged eqn, out_unknowns, out_instantiated, new residuals)`."""
     del saveable  # no step's values are saved (see the module docstring)
@@ -105,7 +105,7 @@ def _partial_eval_custom(saveable, unks_in, inst_in, eqn):
     return eqn_known, eqn, out_uk, [True] * n_out, new_inst
 
 
-def _transpose(cts, *operands, **params):
+def functional_while_transpose(cts, *operands, **params):
     """The transpose of a loop that is linear in its undefined operands (the
     staged loop above, in remat's backward pass): the vjp of that linear map,
     taken at zero."""
@@ -124,7 +124,3 @@ def _transpose(cts, *operands, **params):
     ct_lin = vjp([ct for ct, g in zip(cts, given) if g])
     return merge_lists(linear, [None] * len(fixed), list(ct_lin))
 
-
-pe.custom_partial_eval_rules[functional_while_p] = _partial_eval
-pe.partial_eval_jaxpr_custom_rules[functional_while_p] = _partial_eval_custom
-ad.primitive_transposes[functional_while_p] = _transpose

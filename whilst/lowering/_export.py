@@ -11,7 +11,7 @@ from jax.extend.core import jaxpr_as_fun
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir._gpu_export import exporting_for_gpu
-from whilst.ir._while_lowering import VULKAN_BOOLEANS, booleans_carried_as
+from whilst.ir.iree_forms._carried_booleans import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -56,7 +56,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
       name: the function's name in compiled modules.
       targets: the compile targets the module is for; with "vulkan-spirv" among
         them, loops carry their booleans as int32 (IREE 3.13's Vulkan code reads
-        loop-carried booleans wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`),
+        loop-carried booleans wrongly, `whilst.ir.iree_forms._carried_booleans`),
         and with a GPU target among them, loops are shaped for a GPU
         (`whilst.ir._gpu_export`: more steps per emitted iteration).
 

@@ -31,7 +31,7 @@ from whilst.lowering._ir_walk import ops_where, public_functions
 
 def whilst_loops_carry_booleans(module) -> bool:
     """Whether a `stablehlo.while` that whilst emitted carries an i1 tensor (IREE
-    3.13's Vulkan code reads those wrongly, `whilst.ir._while_lowering.VULKAN_BOOLEANS`)."""
+    3.13's Vulkan code reads those wrongly, `whilst.ir.iree_forms._carried_booleans`)."""
     from iree.compiler import ir
 
     return any(_is_boolean(ir.RankedTensorType(v.type).element_type)

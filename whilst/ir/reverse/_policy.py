@@ -16,21 +16,19 @@ from __future__ import annotations
 import jax
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import def_linearization
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
-from whilst.ir._functional_while import functional_while_p
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 
 DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop
 
 
-def _linearize_rule(is_vjp, nzs, *primals, **params):
+def functional_while_linearization(is_vjp, nzs, *primals, **params):
     if StackParams.of(params).any:
         operands, new_params = explicit_form(primals, params)
         new_stacks = operands[len(operands) - params["accumulators"]:]
-        out, out_nz, residuals, linearized = _linearize_rule(
+        out, out_nz, residuals, linearized = functional_while_linearization(
             is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
             *operands, **new_params)
         stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
@@ -52,5 +50,3 @@ def _linearize_rule(is_vjp, nzs, *primals, **params):
     chunk_rows, K = budget_split(budget, carry_avals, steps)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 
-
-def_linearization(functional_while_p, _linearize_rule)

@@ -1,0 +1,258 @@
+"""The shared emitter of a `functional_while_p` lowering: one `stablehlo.while` whose
+iterations run k loop steps each.
+
+`LoopEmitter.emit` builds the op the same way for every loop form: carried
+`(i, [pred], [count], *carry, *stacks)`, `i` advancing by k (so that row indices
+stay computable on the host), k steps of the body per iteration, their residual
+rows written as one chunk and popped rows read as one. What differs between forms
+(`_loop_forms.py`) are the hooks: which steps are predicated, what the cond region
+tests, how an iteration that ran past the loop's end is undone, and what runs after
+the loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax.core import ShapedArray
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import stablehlo as hlo
+from jax.interpreters import mlir
+
+from whilst._jax_compat import split_list
+from whilst.ir._buffers import uninitialized_values
+from whilst.ir._emit_ops import broadcast_scalar, const, less, subcomp
+from whilst.ir._emit_rows import read_rows, write_rows
+from whilst.ir.iree_forms._carried_booleans import (
+    boolean_storage, from_storage, stored, to_storage)
+from whilst.ir.iree_forms._unread_carries import read_every_carry
+
+ROLE_ATTR = "whilst.role"
+NAME_ATTR = "whilst.name"
+UNROLL_ATTR = "whilst.unroll"
+# Predicated steps after the loop are fenced off in groups of at most this many
+# carries (steps times carries): IREE 3.13 fuses a longer chain into one dispatch
+# with a result per step and carry, past the 32 bindings its runtime accepts
+# (iree_limits/wide_scalar_dispatch.mlir).
+EPILOGUE_GROUP_CARRIES = 16
+PRED_AVAL = ShapedArray((), np.bool_)
+
+
+class LoopEmitter:
+    """Emits one loop; a form subclasses it and sets the hooks below.
+
+    `bound` is the loop's bound (its trip count for a counted loop: its test is
+    `i < bound` alone), `k` the steps per emitted iteration.
+    """
+    rotated = False        # the test of the next iteration is carried as a boolean
+    count_carried = False  # the steps taken are counted in a carry (i advances by k)
+    first_predicated = 1   # steps from this one on are predicated on their own test
+
+    def __init__(self, ctx, name_stack, *, cond_jaxpr, body_jaxpr, cond_consts, consts, popped,
+                 bound, carry, k, counted, strides, picks_scalars, name, role, row_offset, pop_pad):
+        self.ctx, self.name_stack = ctx, name_stack
+        self.cond_jaxpr, self.body_jaxpr = cond_jaxpr, body_jaxpr
+        self.cond_consts, self.consts, self.popped = cond_consts, consts, popped
+        self.bound, self.carry, self.k, self.counted = bound, carry, k, counted
+        self.name, self.role, self.row_offset, self.pop_pad = name, role, row_offset, pop_pad
+        self.ncarry = len(carry)
+        self.i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
+        self.carry_avals, self.stack_avals = split_list(ctx.avals_out[1:], [self.ncarry])
+        nconsts = len(cond_consts) + len(consts) + len(popped)
+        self.pop_avals = ctx.avals_in[nconsts - len(popped):][:len(popped)]
+        self.strides = strides  # `integer_strides` of the carries
+        # (whether the carry holds a scalar other than a counter)
+        self.picks_scalars = picks_scalars
+        self.storage = boolean_storage(ctx)
+
+    # ---------------------------------------------------------------- the hooks
+
+    def prepare(self) -> None:
+        """Values the form needs before the loop (emitted before it)."""
+
+    def cond_result(self, i, xs):
+        """The cond region's test of `(i, *xs)`, xs as carried."""
+        if self.rotated:
+            return from_storage(self.ctx, xs[:1], [PRED_AVAL], self.storage)[0]
+        return self.predicate(i, from_storage(self.ctx, xs[:self.ncarry], self.carry_avals,
+                                              self.storage))
+
+    def after_steps(self, i, seen) -> None:
+        """Called after the body's k steps, with the carries the steps saw."""
+
+    def undo(self, xs, old_xs, taken):
+        """`(xs, taken)` once an iteration that ran past the loop's end is undone."""
+        return xs, taken
+
+    def full(self, taken):
+        """Whether all k steps of the iteration ran."""
+        return hlo.compare(taken, const(self.k), hlo.ComparisonDirectionAttr.get("EQ"),
+                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+
+    def pop_start(self, i):
+        """The row of the popped stacks that step i + k - 1 pops."""
+        return hlo.add(hlo.subtract(self.bound, hlo.add(i, const(self.k - 1))),
+                       const(self.pop_pad - 1))
+
+    def after_loop(self, i, results, stacks):
+        """`(i, results, stacks)` after the loop."""
+        return i, results, stacks
+
+    # ---------------------------------------------------------------- shared parts
+
+    def predicate(self, i, xs):
+        """`i < bound and cond(i, *xs)` (`i < bound` for a counted loop)."""
+        in_bound = less(i, self.bound)
+        if self.counted:
+            return in_bound
+        (pred,) = subcomp(self.ctx, self.cond_jaxpr, self.name_stack.extend("cond"),
+                          *self.cond_consts, i, *xs)
+        return hlo.and_(in_bound, pred)
+
+    def counted_tests(self, i):
+        """`i + arange(k) < bound`, one vector compare (IREE 3.13 computes the
+        k scalar tests of a counted loop on the host and fills a buffer with each)."""
+        k, bound = self.k, self.bound
+        vec = ir.RankedTensorType.get([k], ir.IntegerType.get_signless(32))
+        offsets = mlir.ir_constant(np.arange(k, dtype=np.int32))
+        at = hlo.add(hlo.broadcast_in_dim(vec, i, []), offsets)
+        return hlo.compare(at, hlo.broadcast_in_dim(vec, bound, []),
+                           hlo.ComparisonDirectionAttr.get("LT"),
+                           compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
+
+    def step(self, i, xs, rows_in):
+        """One step of the body: `(carry, pushed rows)`."""
+        outs = subcomp(self.ctx, self.body_jaxpr, self.name_stack.extend("body"),
+                       *self.consts, *rows_in, i, *xs)
+        return outs[:self.ncarry], outs[self.ncarry:]
+
+    def steps(self, i, xs, popped_rows, first_predicated, fenced=False):
+        """k steps from step `i`, those from `first_predicated` on predicated on their
+        own test: `(xs, pushed chunks, steps taken (i32), seen)`, where `seen[s]` is
+        the carry step i + s sees (s = 0 .. k; unpredicated steps only). `fenced`:
+        in groups of EPILOGUE_GROUP_CARRIES carries."""
+        k = self.k
+        pushed = [[] for _ in self.stack_avals]
+        taken, seen = const(min(first_predicated, k)), [xs]
+        group = max(1, EPILOGUE_GROUP_CARRIES // (self.ncarry + 1))
+        lanes = self.counted_tests(i) if self.counted and k > 1 else None
+        for s in range(k):
+            index = i if s == 0 else hlo.add(i, const(s))
+            rows_in = [rows[k - 1 - s] for rows in popped_rows]
+            if s >= first_predicated:
+                active = (self.predicate(index, xs) if lanes is None else
+                          hlo.reshape(ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)),
+                                      hlo.slice(lanes, [s], [s + 1], [1])))
+                new, rows = self.step(index, xs, rows_in)
+                xs = [hlo.select(broadcast_scalar(active, n.type), n, x) for n, x in zip(new, xs)]
+                taken = hlo.add(taken, hlo.convert(self.i32, active))
+            else:
+                xs, rows = self.step(index, xs, rows_in)
+                seen.append(xs)
+            for chunk, r in zip(pushed, rows):
+                chunk.append(r)
+            if fenced and s % group == group - 1 < k - 1:
+                xs = list(hlo.OptimizationBarrierOp([*xs, taken]).results)
+                xs, taken = xs[:-1], xs[-1]
+        return xs, pushed, taken, seen
+
+    def read_popped(self, i):
+        """The k rows of each popped stack that steps i .. i + k - 1 pop
+        (bound - 1 + pop_pad - i - s), at a position computed from the loop's
+        bound (IREE 3.13 reads other values back every iteration)."""
+        if not self.popped:
+            return []
+        start = self.pop_start(i)
+        return [read_rows(self.ctx, p, a, start, self.k)
+                for p, a in zip(self.popped, self.pop_avals)]
+
+    def write_pushed(self, stacks, pushed, i, guard=None):
+        """`stacks` with the rows of steps i .. i + k - 1 written; with `guard`, the
+        rows are written only where `guard` holds (else the rows there are kept).
+        Within the loop of a loop with a test of its own, IREE 3.13 keeps `i` on the
+        device: its rows are scattered (`write_rows`; not rows of unsigned
+        integers, whose scatters iree-compile 3.13 fails on,
+        `iree_limits/unsigned_scatter.mlir`)."""
+        at = hlo.add(i, const(self.row_offset))
+        out = []
+        for st, a, rs in zip(stacks, self.stack_avals, pushed):
+            kept = stored(a, self.storage)
+            rows = to_storage(self.ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
+                              self.storage)
+            scatter = (guard is None and not self.counted
+                       and not np.issubdtype(kept.dtype, np.unsignedinteger))
+            out.append(write_rows(self.ctx, st, kept, rows, at, guard, scatter))
+        return out
+
+    # ---------------------------------------------------------------- the op
+
+    def emit(self) -> list:
+        """The lowering's results: `[counter, *carry, *stacks]`."""
+        ctx, storage = self.ctx, self.storage
+        self.prepare()
+        stacks0 = uninitialized_values(ctx, [stored(a, storage) for a in self.stack_avals])
+        pred_type = mlir.aval_to_ir_type(ctx.module_context, stored(PRED_AVAL, storage))
+        self.extra_types = (([pred_type] if self.rotated else [])
+                            + ([self.i32] if self.count_carried else []))
+        loop_types = [self.i32, *self.extra_types,
+                      *(mlir.aval_to_ir_type(ctx.module_context, stored(a, storage))
+                        for a in ctx.avals_out[1:])]
+        extra_init = (to_storage(ctx, [self.predicate(const(0), self.carry)], [PRED_AVAL],
+                                 storage) if self.rotated else []) + (
+            [const(0)] if self.count_carried else [])
+        while_op = hlo.WhileOp(loop_types, [const(0), *extra_init,
+                                            *to_storage(ctx, self.carry, self.carry_avals,
+                                                        storage),
+                                            *stacks0])
+        while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(self.role)
+        while_op.attributes[NAME_ATTR] = ir.StringAttr.get(self.name)
+        while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                              self.k)
+        cond_block = while_op.regions[0].blocks.append(*loop_types)
+        with ir.InsertionPoint(cond_block):
+            i, *xs = cond_block.arguments
+            hlo.return_([self.cond_result(i, xs)])
+        body_block = while_op.regions[1].blocks.append(*loop_types)
+        with ir.InsertionPoint(body_block):
+            hlo.return_(self._body(body_block.arguments))
+        return self._results(while_op)
+
+    def _body(self, arguments) -> list:
+        """The body region's results for its `arguments`."""
+        ctx, storage, k = self.ctx, self.storage, self.k
+        i, *xs = arguments
+        xs, stacks = split_list(xs[len(self.extra_types):], [self.ncarry])
+        xs = old_xs = from_storage(ctx, xs, self.carry_avals, storage)
+        xs, pushed, taken, seen = self.steps(i, xs, self.read_popped(i), self.first_predicated)
+        self.after_steps(i, seen)
+        xs = read_every_carry(self.body_jaxpr, len(self.consts) + len(self.popped), i,
+                              old_xs, xs)
+        new_i = hlo.add(i, const(k))
+        if self.rotated:
+            go_on = self.predicate(new_i, xs)
+        xs, taken = self.undo(xs, old_xs, taken)
+        stacks = self.write_pushed(stacks, pushed, i)
+        extra = []
+        if self.rotated:
+            # AND-ed with the carried predicate (true whenever the body runs), so
+            # that the body reads it: otherwise IREE 3.13's stream conversion fails
+            # on the loop ("'scf.while' op ... region branch point has 6 operands,
+            # but region successor needs 8 inputs") unless its loop-invariant code
+            # motion happens to find code to hoist out of the body
+            # (iree_limits/unread_loop_predicate.mlir).
+            carried, = from_storage(ctx, arguments[1:2], [PRED_AVAL], storage)
+            pred = hlo.and_(go_on, carried)
+            if k > 1:
+                pred = hlo.and_(pred, self.full(taken))
+            extra.extend(to_storage(ctx, [pred], [PRED_AVAL], storage))
+        if self.count_carried:
+            extra.append(hlo.add(arguments[len(self.extra_types)], taken))
+        return [new_i, *extra, *to_storage(ctx, xs, self.carry_avals, storage), *stacks]
+
+    def _results(self, while_op) -> list:
+        ctx, storage = self.ctx, self.storage
+        i, *results = while_op.results
+        results, stacks = split_list(results[len(self.extra_types):], [self.ncarry])
+        results = from_storage(ctx, results, self.carry_avals, storage)
+        if self.count_carried:
+            i = while_op.results[len(self.extra_types)]
+        i, results, stacks = self.after_loop(i, results, stacks)
+        return [i, *results, *from_storage(ctx, stacks, self.stack_avals, storage)]
