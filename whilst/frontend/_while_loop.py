@@ -5,9 +5,8 @@ import jax
 from jax import lax
 
 from whilst.frontend import _checks as checks
-from whilst.frontend._carry_types import trace_body
-from whilst.frontend._prng_keys import KeyLeaves, check_output as check_key_output, is_key
-from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.frontend._flat_loop import flat_while_loop
+from whilst.frontend._prng_keys import check_output as check_key_output, is_key
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -93,67 +92,70 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         maximum_iterations, checkpoints or gradient_memory, shape_invariants
         that do not fit, body output of another shape.
     """
+    _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory)
+    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
+                                         gradient_memory)
+    name = "while" if name is None else str(name)
+    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
+    paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
+    leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
+    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths,
+                                                   leaves)
+
+    def flat_cond(carry):
+        return cond(*jax.tree_util.tree_unflatten(in_tree, carry))
+
+    def flat_body(carry):
+        out = body(*jax.tree_util.tree_unflatten(in_tree, carry))
+        return _body_output(out, loop_vars, paths, leaves, carry, invariants)
+
+    def check_carry(carry, out_avals):
+        _check_dtypes(paths, carry, out_avals)
+        checks.check_checkpoint_memory(options["checkpoints"], carry)
+
+    outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
+                           options=options, name=name, api="while_loop", cond_name="cond",
+                           back_prop=back_prop)
+    return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
+                   return_same_structure)
+
+
+def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory):
+    """The checks of while_loop's arguments that need no tracing."""
     checks.check_loop_vars(loop_vars)
     checks.check_callables(cond, body)
     checks.check_unpacking(cond, body, loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
-    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
-                                         gradient_memory)
-    name = "while" if name is None else str(name)
 
-    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
-    leaves = [checks.to_array(checks.path_name("loop_vars", p), x)
-              for p, x in leaves_with_paths]
-    leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
-    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
-                                                   leaves_with_paths)
 
-    keys = KeyLeaves(leaves)
-
-    def flat_body(i, *raw):
-        del i
-        xs = keys.wrap(raw)
-        out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
-        return keys.raw(_conform_body_output(out, loop_vars, leaves_with_paths, xs,
-                                             invariants))  # keys checked there
-
-    def flat_cond(i, *raw):
-        del i
-        xs = keys.wrap(raw)
-        return [checks.check_cond_output(cond(*jax.tree_util.tree_unflatten(in_tree, xs)))]
-
-    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
-    for (path, _), x, out in zip(leaves_with_paths, init, body_jaxpr.out_avals):
-        if out.dtype != x.dtype:
-            raise TypeError(
-                f"while_loop: body output {checks.path_name('loop_vars', path)} has dtype "
-                f"{out.dtype}, but the loop variable has dtype {x.dtype}. Cast it with "
-                f".astype({x.dtype}) in body, or start the loop variable with the dtype "
-                f"body produces.")
-    checks.check_checkpoint_memory(options["checkpoints"], init)
-    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
-    operands = [cond_consts, body_consts, bound, init]
-    if not back_prop:
-        operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
-    _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                name=name, **options)
-    result = jax.tree_util.tree_unflatten(in_tree, keys.wrap(outs))
+def _result(result, loop_vars, return_same_structure):
+    """The final loop vars `result` (a list) as while_loop returns them."""
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result
     return result[0] if len(result) == 1 else result
 
 
-def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
-    """Flatten body's output, checking its structure and shapes against loop_vars
-    leaf by leaf (`carry`: the body's inputs)."""
+def _body_output(out, loop_vars, paths, leaves, carry, invariants):
+    """Body's output `out` as a list of arrays, one per leaf of loop_vars (`leaves`,
+    named by `paths`; `carry`: the body's inputs); a TypeError or ValueError where
+    its structure, a shape or a key leaf differs. A weakly typed output (a Python
+    scalar) whose value fits its leaf's dtype takes that dtype."""
+    out = _body_structure(out, loop_vars)
+    out_leaves = jax.tree_util.tree_leaves(out)
+    return [_body_leaf(path, init, value, x, inv)
+            for path, init, value, x, inv in zip(paths, leaves, out_leaves, carry, invariants)]
+
+
+def _body_structure(out, loop_vars):
+    """Body's output as a list with the structure of loop_vars (a single loop
+    var may come back bare), or a TypeError that shows where it differs."""
     if len(loop_vars) == 1 and not (isinstance(out, (list, tuple)) and len(out) == 1
                                     and _same_structure(list(out), list(loop_vars))):
         out = [out]
     if isinstance(out, (list, tuple)):
         out = list(out)
-    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out)
+    out_tree = jax.tree_util.tree_structure(out)
     expected_tree = jax.tree_util.tree_structure(list(loop_vars))
     if out_tree != expected_tree:
         where, expected, found = "loop_vars", expected_tree, out_tree
@@ -167,30 +169,42 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
             f"returned {_describe(found)} but the loop variable is {_describe(expected)}. "
             f"Return one value per loop variable, in the same containers (tuple, list, "
             f"namedtuple, dict with the same keys).")
-    flat = []
-    for (path, init), (_, value), x, inv in zip(leaves_with_paths, out_leaves, carry,
-                                                invariants):
-        where = checks.path_name("loop_vars", path)
-        value = checks.to_array(f"body output {where}", value)
-        check_key_output("while_loop", where, value, init.dtype)
-        if value.shape != init.shape:
-            fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
-                   "size and write into it with .at[i].set(...), carrying the used length"
-                   " as another loop variable.")
-            if inv is not None:
-                raise ValueError(
-                    f"while_loop: {where} changes shape across iterations (initial "
-                    f"{init.shape}, body returns {value.shape}); shape_invariants allows "
-                    f"{inv}, which is more general than whilst can keep. {fix}")
+    return out
+
+
+def _body_leaf(where, init, value, x, inv):
+    """Body's output `value` for the leaf `where` that starts as `init` and is `x`
+    in this step, checked (`inv`: its shape invariant or None)."""
+    value = checks.to_array(f"body output {where}", value)
+    check_key_output("while_loop", where, value, init.dtype)
+    if value.shape != init.shape:
+        fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
+               "size and write into it with .at[i].set(...), carrying the used length"
+               " as another loop variable.")
+        if inv is not None:
             raise ValueError(
-                f"while_loop: body output {where} has shape {value.shape}, but the loop "
-                f"variable has shape {init.shape}. {fix}")
-        if (value.dtype != x.dtype and jax.typeof(value).weak_type
-                and not jax.typeof(x).weak_type and not is_key(x)
-                and jax.numpy.result_type(value, x.dtype) == x.dtype):
-            value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
-        flat.append(value)
-    return flat
+                f"while_loop: {where} changes shape across iterations (initial "
+                f"{init.shape}, body returns {value.shape}); shape_invariants allows "
+                f"{inv}, which is more general than whilst can keep. {fix}")
+        raise ValueError(
+            f"while_loop: body output {where} has shape {value.shape}, but the loop "
+            f"variable has shape {init.shape}. {fix}")
+    if (value.dtype != x.dtype and jax.typeof(value).weak_type
+            and not jax.typeof(x).weak_type and not is_key(x)
+            and jax.numpy.result_type(value, x.dtype) == x.dtype):
+        value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
+    return value
+
+
+def _check_dtypes(paths, carry, out_avals):
+    """A TypeError where body's output type `out_avals[k]` has another dtype than
+    the loop variable `carry[k]` (weak types resolved)."""
+    for path, x, out in zip(paths, carry, out_avals):
+        if out.dtype != x.dtype:
+            raise TypeError(
+                f"while_loop: body output {path} has dtype {out.dtype}, but the loop "
+                f"variable has dtype {x.dtype}. Cast it with .astype({x.dtype}) in body, "
+                f"or start the loop variable with the dtype body produces.")
 
 
 def _same_structure(a, b):
