@@ -1,6 +1,8 @@
 """`whilst.lax`: `jax.lax.while_loop` and `jax.lax.fori_loop` on one functional While."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax import lax
@@ -125,15 +127,7 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
         out = body_fun(jax.tree_util.tree_unflatten(tree, carry))
         return _body_output(out, tree, paths, init, api)
 
-    def check_carry(carry, out_avals):
-        for path, x, out in zip(paths, carry, out_avals):
-            if (x.shape, x.dtype) != (out.shape, out.dtype):
-                raise TypeError(
-                    f"{api}: body_fun output {path} is {out.str_short()}, but the carry "
-                    f"{path} is {jax.typeof(x).str_short()}: the carry keeps one shape and "
-                    f"dtype. Cast it with .astype({x.dtype}) in body_fun, or start "
-                    f"{path} with the shape and dtype body_fun produces.")
-
+    check_carry = functools.partial(_check_types, api, paths)
     outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
                            options=options, name=name, api=api, cond_name="cond_fun")
     return jax.tree_util.tree_unflatten(tree, outs)
@@ -154,3 +148,15 @@ def _body_output(out, tree, paths, init, api):
     for path, y, x in zip(paths, outs, init):
         check_key_output(api, path, y, x.dtype)
     return outs
+
+
+def _check_types(api, paths, carry, out_avals):
+    """A TypeError where body_fun's output type `out_avals[k]` has another shape or
+    dtype than the carry's leaf `carry[k]` (weak types resolved)."""
+    for path, x, out in zip(paths, carry, out_avals):
+        if (x.shape, x.dtype) != (out.shape, out.dtype):
+            raise TypeError(
+                f"{api}: body_fun output {path} is {out.str_short()}, but the carry "
+                f"{path} is {jax.typeof(x).str_short()}: the carry keeps one shape and "
+                f"dtype. Cast it with .astype({x.dtype}) in body_fun, or start "
+                f"{path} with the shape and dtype body_fun produces.")

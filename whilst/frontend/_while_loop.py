@@ -13,9 +13,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
                return_same_structure=False, unroll=None, checkpoints=None,
                gradient_memory=None):
-    """Repeat `body` while `cond` is true, as one functional While.
-
-    Semantics, as plain Python::
+    """Repeat `body` while `cond` is true, as one functional While. As plain Python::
 
         i = 0
         while (maximum_iterations is None or i < maximum_iterations) and cond(*loop_vars):
@@ -23,84 +21,57 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
             i += 1
         return loop_vars
 
-    The loop is traced once (twice when a Python scalar takes body's dtype);
-    it runs under `jax.jit`, `jax.vmap` (each example stops on its own: a
-    finished example keeps its values while others run on), `jax.jvp`,
-    `jax.grad`/`jax.vjp`/`jax.linearize`, bounded or not, and inside
-    `jax.checkpoint` (the backward pass runs the loop again). Reverse mode
-    stores the residuals of as many steps as fit in `gradient_memory` bytes
-    and recomputes the later steps from copies of loop_vars (see
-    `gradient_memory`); with `checkpoints=K` it keeps K copies and recomputes
-    every step between them.
+    It runs under `jax.jit`, `jax.vmap` (each example stops on its own, keeping its
+    values), `jax.jvp`, `jax.grad`/`vjp`/`linearize` and `jax.checkpoint`.
 
     Args:
       cond: `cond(*loop_vars) -> bool scalar`.
       body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
-      loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts)
-        of arrays or Python/numpy scalars. A Python scalar is weakly typed, as
-        in `jax.lax.while_loop`: it takes the dtype body gives it (`[0]` with
-        `body = lambda v: v + jnp.int8(1)` loops on an int8). An array of
-        typed PRNG keys (`jax.random.key`) may be a loop variable; body must
-        return keys of the same implementation for it.
-      shape_invariants: optional shapes, one per array, in the structure of
-        loop_vars; `None` marks a dimension that may vary. whilst loops keep
-        fixed shapes, so a body that changes a shape is an error even where the
-        invariant allows it.
-      parallel_iterations: positive int, accepted for TensorFlow compatibility.
-        Iterations of a While depend on each other and run in order; whilst
-        unrolls the body instead (see `unroll`).
+      loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts) of
+        arrays, Python/numpy scalars or typed PRNG keys (body returns keys of the
+        same implementation for those). A Python scalar takes the dtype body
+        gives it, as in `jax.lax.while_loop`.
+      shape_invariants: shapes, one per array, in the structure of loop_vars;
+        `None` marks a dimension that may vary. Shapes still may not change.
+      parallel_iterations, swap_memory: a positive int and a bool, accepted for
+        TensorFlow compatibility: steps run in order (see `unroll`), and stored
+        steps stay in device memory (see `gradient_memory`).
       back_prop: False stops gradients (and tangents) through the loop.
-      swap_memory: bool, accepted for TensorFlow compatibility; stored steps stay
-        in device memory (bound it with `gradient_memory`).
-      name: the loop's name in the IR and in the emitted StableHLO
-        (`whilst.name` attribute); defaults to "while".
+      name: the loop's name in the IR and the StableHLO (`whilst.name`); "while".
       maximum_iterations: None, or a non-negative int or int scalar (may be
         traced). A Python int also caps the stacks of stored steps.
-      return_same_structure: False returns a single loop var bare and several
-        as a list; True returns the structure of loop_vars.
-      unroll: loop steps per emitted `stablehlo.while` iteration (an extension
-        of the TensorFlow signature). None chooses from the body's size (tiny
-        bodies unroll more, up to 64); results, iteration counts and gradients
-        are the same for every value.
-      checkpoints: None (reverse mode follows `gradient_memory`), or a
-        positive int K: reverse mode keeps K copies
-        of loop_vars, stored during the loop by an online policy (Stumm and
-        Walther, then Wang and Moin), and recomputes the other steps with
-        binomial (revolve) schedules once the trip count n is known. Extra body
-        evaluations: `whilst.ir.schedule_cost(n, K)` (none while n <= K; each
-        step at most once more while n < (K+1)(K+2)/2). Combines with
-        maximum_iterations; forward mode, vmap and higher derivatives work too.
-      gradient_memory: bytes reverse mode may hold for this loop when
-        `checkpoints` is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`).
-        If maximum_iterations (a Python int) steps of residuals fit, every
-        step is stored (the gradient replays them; the fastest way). Otherwise
-        the first steps whose residuals fit are stored and the steps after
-        them are recomputed from K copies of loop_vars (as `checkpoints=K`,
-        K <= 64 taking at most a quarter of the budget, at least one copy).
-        The cost then does not grow with maximum_iterations. Under
-        `jax.vmap(jax.grad(...))` the budget is per example. Raise it for
-        long loops that should run at stored speed.
-
-    Returns:
-      The final loop_vars (see return_same_structure).
+      return_same_structure: False returns the final loop_vars bare for a single
+        loop var and as a list for several; True in the structure of loop_vars.
+      unroll: loop steps per emitted `stablehlo.while` iteration; None chooses
+        from the body's size (up to 64). Results and gradients are the same.
+      checkpoints: None, or K > 0: reverse mode keeps K copies of loop_vars,
+        stored online (Stumm and Walther, then Wang and Moin), and recomputes the
+        other steps by binomial (revolve) schedules: `whilst.ir.schedule_cost(n,
+        K)` extra body evaluations for n steps (none while n <= K; each step at
+        most once more while n < (K+1)(K+2)/2).
+      gradient_memory: bytes reverse mode may hold for this loop when checkpoints
+        is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per
+        example under vmap. If maximum_iterations (a Python int) steps fit, all
+        are stored; otherwise the first steps that fit are, and the later ones
+        are recomputed from copies of loop_vars (as `checkpoints=K`, K <= 64 in at
+        most a quarter of the budget; the cost then does not grow with
+        maximum_iterations). Raise it for long loops to run at stored speed.
 
     Raises:
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype (a key for a number, or the reverse).
-      ValueError: empty loop_vars, bad parallel_iterations,
-        maximum_iterations, checkpoints or gradient_memory, shape_invariants
-        that do not fit, body output of another shape.
+      ValueError: empty loop_vars, bad parallel_iterations, maximum_iterations,
+        checkpoints, gradient_memory or shape_invariants, body output of another shape.
     """
-    _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory)
-    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
-                                         gradient_memory)
+    bound, options = _check_arguments(cond, body, loop_vars, parallel_iterations,
+                                      swap_memory, maximum_iterations, unroll, checkpoints,
+                                      gradient_memory)
     name = "while" if name is None else str(name)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
     paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
     leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
-    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths,
-                                                   leaves)
+    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths, leaves)
 
     def flat_cond(carry):
         return cond(*jax.tree_util.tree_unflatten(in_tree, carry))
@@ -120,13 +91,16 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                    return_same_structure)
 
 
-def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory):
-    """The checks of while_loop's arguments that need no tracing."""
+def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory,
+                     maximum_iterations, unroll, checkpoints, gradient_memory):
+    """The checks of while_loop's arguments that need no tracing; returns the bound
+    operand and `functional_while` keywords (`_checks.loop_options`)."""
     checks.check_loop_vars(loop_vars)
     checks.check_callables(cond, body)
     checks.check_unpacking(cond, body, loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
+    return checks.loop_options(maximum_iterations, unroll, checkpoints, gradient_memory)
 
 
 def _result(result, loop_vars, return_same_structure):
