@@ -41,10 +41,10 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend.core import jaxpr_as_fun
 
-from whilst.frontend import _lax, _while_loop
+from whilst.frontend import _flat_loop
 from whilst.ir import exported_loop_forms
 
-_FRONTENDS = (_while_loop, _lax)  # the modules whose `functional_while` binds user loops
+_FRONTENDS = (_flat_loop,)  # the module whose `functional_while` binds both frontends' loops
 
 
 @dataclasses.dataclass
@@ -74,7 +74,7 @@ def _binding(replacement):
 def trip_counts(fn, *args) -> list[Trips]:
     """Run `fn(*args)` under `jax.jit` and return the steps each whilst loop took,
     in the order `fn` calls them."""
-    bind = _while_loop.functional_while
+    bind = _flat_loop.functional_while
     runs: list[tuple[str, list[int], int]] = []
 
     def recording(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr, name,

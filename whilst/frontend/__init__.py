@@ -1,4 +1,6 @@
-"""The user-facing API: `while_loop` and its argument checks."""
+"""The user-facing loops: `while_loop` (TensorFlow's signature, `_while_loop`) and
+`whilst.lax`'s `while_loop` and `fori_loop` (JAX's, `_lax`), each adapting its
+signature to the one loop over a flat carry that both bind (`_flat_loop`)."""
 from whilst.frontend._while_loop import while_loop
 
 __all__ = ["while_loop"]

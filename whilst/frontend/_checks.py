@@ -1,5 +1,5 @@
-"""Argument checks for `while_loop`: each error names the argument and pytree path,
-says what was expected and what was found, and ends with what to do."""
+"""Argument checks for both frontends' loops: each error names the argument and
+pytree path, says what was expected and what was found, and ends with what to do."""
 from __future__ import annotations
 
 import inspect
@@ -163,10 +163,11 @@ def bound_operand(maximum_iterations):
     return np.int32(value), value
 
 
-def normalize_shape_invariants(shape_invariants, loop_vars, leaves_with_paths):
-    """Flat list of shape invariants (tuples with None for unknown dims), one per leaf."""
+def normalize_shape_invariants(shape_invariants, loop_vars, paths, leaves):
+    """Flat list of shape invariants (tuples with None for unknown dims), one per leaf
+    of loop_vars (`leaves`, named by `paths`)."""
     if shape_invariants is None:
-        return [None] * len(leaves_with_paths)
+        return [None] * len(leaves)
     if not isinstance(shape_invariants, (list, tuple)) or len(shape_invariants) != len(
             loop_vars):
         raise ValueError(
@@ -184,11 +185,11 @@ def normalize_shape_invariants(shape_invariants, loop_vars, leaves_with_paths):
                 f"loop_vars[{k}] with one shape (a tuple of ints or None) per array; "
                 f"found {inv!r} for a loop variable with {len(var_leaves)} array(s).")
         flat.extend(tuple(inv_leaf) for inv_leaf in inv_leaves)
-    for (path, leaf), inv in zip(leaves_with_paths, flat):
+    for path, leaf, inv in zip(paths, leaves, flat):
         if len(inv) != leaf.ndim or any(d is not None and d != s
                                         for d, s in zip(inv, leaf.shape)):
             raise ValueError(
-                f"while_loop: shape_invariants for {path_name('loop_vars', path)} is "
+                f"while_loop: shape_invariants for {path} is "
                 f"{inv}, which is incompatible with its initial shape {leaf.shape}. Give "
                 f"the initial shape, with None only where the dimension may vary.")
     return flat

@@ -1,14 +1,15 @@
 """`whilst.lax`: `jax.lax.while_loop` and `jax.lax.fori_loop` on one functional While."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from jax import lax
 
 from whilst.frontend import _checks as checks
-from whilst.frontend._carry_types import trace_body
-from whilst.frontend._prng_keys import KeyLeaves
-from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.frontend._flat_loop import flat_while_loop
+from whilst.frontend._prng_keys import check_output as check_key_output
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
@@ -111,42 +112,51 @@ def _index_dtype(lower, upper, api):
 
 def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
            gradient_memory, name, api):
+    """`while_loop(cond_fun, body_fun, init_val, ...)` once fori_loop or while_loop has
+    checked its own arguments (`api` names it in errors)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
 
-    keys = KeyLeaves(init, api)
+    def flat_cond(carry):
+        return cond_fun(jax.tree_util.tree_unflatten(tree, carry))
 
-    def flat_cond(i, *raw):
-        del i
-        out = cond_fun(jax.tree_util.tree_unflatten(tree, keys.wrap(raw)))
-        return [checks.check_cond_output(out, "cond_fun", api)]
+    def flat_body(carry):
+        out = body_fun(jax.tree_util.tree_unflatten(tree, carry))
+        return _body_output(out, tree, paths, init, api)
 
-    def flat_body(i, *raw):
-        del i
-        out = body_fun(jax.tree_util.tree_unflatten(tree, keys.wrap(raw)))
-        out_tree = jax.tree_util.tree_structure(out)
-        if out_tree != tree:
-            raise TypeError(
-                f"{api}: body_fun must return the structure of init_val; found "
-                f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
-                f"in the same containers.")
-        return keys.raw_outputs([checks.to_array(f"body_fun output {path}", x, api)
-                                 for path, x in zip(paths, jax.tree_util.tree_leaves(out))],
-                                paths)
+    check_carry = functools.partial(_check_types, api, paths)
+    outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
+                           options=options, name=name, api=api, cond_name="cond_fun")
+    return jax.tree_util.tree_unflatten(tree, outs)
 
-    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(init), f"{name}_body")
-    for path, x, out in zip(paths, init, body_jaxpr.out_avals):
+
+def _body_output(out, tree, paths, init, api):
+    """body_fun's output `out` as a list of arrays, one per leaf of `init` (of
+    structure `tree`): a TypeError where its structure differs or a key leaf does
+    not stay a key of the same implementation."""
+    out_tree = jax.tree_util.tree_structure(out)
+    if out_tree != tree:
+        raise TypeError(
+            f"{api}: body_fun must return the structure of init_val; found "
+            f"{out_tree}, expected {tree}. Return one value per leaf of the carry, "
+            f"in the same containers.")
+    outs = [checks.to_array(f"body_fun output {path}", x, api)
+            for path, x in zip(paths, jax.tree_util.tree_leaves(out))]
+    for path, y, x in zip(paths, outs, init):
+        check_key_output(api, path, y, x.dtype)
+    return outs
+
+
+def _check_types(api, paths, carry, out_avals):
+    """A TypeError where body_fun's output type `out_avals[k]` has another shape or
+    dtype than the carry's leaf `carry[k]` (weak types resolved)."""
+    for path, x, out in zip(paths, carry, out_avals):
         if (x.shape, x.dtype) != (out.shape, out.dtype):
             raise TypeError(
                 f"{api}: body_fun output {path} is {out.str_short()}, but the carry "
                 f"{path} is {jax.typeof(x).str_short()}: the carry keeps one shape and "
                 f"dtype. Cast it with .astype({x.dtype}) in body_fun, or start "
                 f"{path} with the shape and dtype body_fun produces.")
-    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
-    _, *outs = functional_while(cond_consts, body_consts, bound, init, cond_jaxpr=cond_jaxpr,
-                                body_jaxpr=body_jaxpr, name=name, **options)
-    return jax.tree_util.tree_unflatten(tree, keys.wrap(outs))

@@ -23,10 +23,8 @@ def is_key(x) -> bool:
 class KeyLeaves:
     """The key leaves of a flat carry: which are keys, and of which implementation."""
 
-    def __init__(self, leaves, api="while_loop"):
-        self.api = api
+    def __init__(self, leaves):
         self.impls = [jax.random.key_impl(x) if is_key(x) else None for x in leaves]
-        self.dtypes = [x.dtype for x in leaves]
 
     def raw(self, leaves):
         """The leaves with each key replaced by its key data."""
@@ -37,13 +35,6 @@ class KeyLeaves:
         """Inverse of `raw`."""
         return [x if impl is None else jax.random.wrap_key_data(x, impl=impl)
                 for x, impl in zip(raw, self.impls)]
-
-    def raw_outputs(self, outs, paths):
-        """Body outputs as `raw` gives them, each checked by `check_output`
-        (`paths` name the leaves in errors)."""
-        for out, dtype, path in zip(outs, self.dtypes, paths):
-            check_output(self.api, path, out, dtype)
-        return self.raw(outs)
 
 
 def check_output(api, path, out, dtype):

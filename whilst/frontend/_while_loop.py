@@ -5,18 +5,15 @@ import jax
 from jax import lax
 
 from whilst.frontend import _checks as checks
-from whilst.frontend._carry_types import trace_body
-from whilst.frontend._prng_keys import KeyLeaves, check_output as check_key_output, is_key
-from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.frontend._flat_loop import flat_while_loop
+from whilst.frontend._prng_keys import check_output as check_key_output, is_key
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
                back_prop=True, swap_memory=False, name=None, maximum_iterations=None,
                return_same_structure=False, unroll=None, checkpoints=None,
                gradient_memory=None):
-    """Repeat `body` while `cond` is true, as one functional While.
-
-    Semantics, as plain Python::
+    """Repeat `body` while `cond` is true, as one functional While. As plain Python::
 
         i = 0
         while (maximum_iterations is None or i < maximum_iterations) and cond(*loop_vars):
@@ -24,136 +21,115 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
             i += 1
         return loop_vars
 
-    The loop is traced once (twice when a Python scalar takes body's dtype);
-    it runs under `jax.jit`, `jax.vmap` (each example stops on its own: a
-    finished example keeps its values while others run on), `jax.jvp`,
-    `jax.grad`/`jax.vjp`/`jax.linearize`, bounded or not, and inside
-    `jax.checkpoint` (the backward pass runs the loop again). Reverse mode
-    stores the residuals of as many steps as fit in `gradient_memory` bytes
-    and recomputes the later steps from copies of loop_vars (see
-    `gradient_memory`); with `checkpoints=K` it keeps K copies and recomputes
-    every step between them.
+    It runs under `jax.jit`, `jax.vmap` (each example stops on its own, keeping its
+    values), `jax.jvp`, `jax.grad`/`vjp`/`linearize` and `jax.checkpoint`.
 
     Args:
       cond: `cond(*loop_vars) -> bool scalar`.
       body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
-      loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts)
-        of arrays or Python/numpy scalars. A Python scalar is weakly typed, as
-        in `jax.lax.while_loop`: it takes the dtype body gives it (`[0]` with
-        `body = lambda v: v + jnp.int8(1)` loops on an int8). An array of
-        typed PRNG keys (`jax.random.key`) may be a loop variable; body must
-        return keys of the same implementation for it.
-      shape_invariants: optional shapes, one per array, in the structure of
-        loop_vars; `None` marks a dimension that may vary. whilst loops keep
-        fixed shapes, so a body that changes a shape is an error even where the
-        invariant allows it.
-      parallel_iterations: positive int, accepted for TensorFlow compatibility.
-        Iterations of a While depend on each other and run in order; whilst
-        unrolls the body instead (see `unroll`).
+      loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts) of
+        arrays, Python/numpy scalars or typed PRNG keys (body returns keys of the
+        same implementation for those). A Python scalar takes the dtype body
+        gives it, as in `jax.lax.while_loop`.
+      shape_invariants: shapes, one per array, in the structure of loop_vars;
+        `None` marks a dimension that may vary. Shapes still may not change.
+      parallel_iterations, swap_memory: a positive int and a bool, accepted for
+        TensorFlow compatibility: steps run in order (see `unroll`), and stored
+        steps stay in device memory (see `gradient_memory`).
       back_prop: False stops gradients (and tangents) through the loop.
-      swap_memory: bool, accepted for TensorFlow compatibility; stored steps stay
-        in device memory (bound it with `gradient_memory`).
-      name: the loop's name in the IR and in the emitted StableHLO
-        (`whilst.name` attribute); defaults to "while".
+      name: the loop's name in the IR and the StableHLO (`whilst.name`); "while".
       maximum_iterations: None, or a non-negative int or int scalar (may be
         traced). A Python int also caps the stacks of stored steps.
-      return_same_structure: False returns a single loop var bare and several
-        as a list; True returns the structure of loop_vars.
-      unroll: loop steps per emitted `stablehlo.while` iteration (an extension
-        of the TensorFlow signature). None chooses from the body's size (tiny
-        bodies unroll more, up to 64); results, iteration counts and gradients
-        are the same for every value.
-      checkpoints: None (reverse mode follows `gradient_memory`), or a
-        positive int K: reverse mode keeps K copies
-        of loop_vars, stored during the loop by an online policy (Stumm and
-        Walther, then Wang and Moin), and recomputes the other steps with
-        binomial (revolve) schedules once the trip count n is known. Extra body
-        evaluations: `whilst.ir.schedule_cost(n, K)` (none while n <= K; each
-        step at most once more while n < (K+1)(K+2)/2). Combines with
-        maximum_iterations; forward mode, vmap and higher derivatives work too.
-      gradient_memory: bytes reverse mode may hold for this loop when
-        `checkpoints` is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`).
-        If maximum_iterations (a Python int) steps of residuals fit, every
-        step is stored (the gradient replays them; the fastest way). Otherwise
-        the first steps whose residuals fit are stored and the steps after
-        them are recomputed from K copies of loop_vars (as `checkpoints=K`,
-        K <= 64 taking at most a quarter of the budget, at least one copy).
-        The cost then does not grow with maximum_iterations. Under
-        `jax.vmap(jax.grad(...))` the budget is per example. Raise it for
-        long loops that should run at stored speed.
-
-    Returns:
-      The final loop_vars (see return_same_structure).
+      return_same_structure: False returns the final loop_vars bare for a single
+        loop var and as a list for several; True in the structure of loop_vars.
+      unroll: loop steps per emitted `stablehlo.while` iteration; None chooses
+        from the body's size (up to 64). Results and gradients are the same.
+      checkpoints: None, or K > 0: reverse mode keeps K copies of loop_vars,
+        stored online (Stumm and Walther, then Wang and Moin), and recomputes the
+        other steps by binomial (revolve) schedules: `whilst.ir.schedule_cost(n,
+        K)` extra body evaluations for n steps (none while n <= K; each step at
+        most once more while n < (K+1)(K+2)/2).
+      gradient_memory: bytes reverse mode may hold for this loop when checkpoints
+        is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per
+        example under vmap. If maximum_iterations (a Python int) steps fit, all
+        are stored; otherwise the first steps that fit are, and the later ones
+        are recomputed from copies of loop_vars (as `checkpoints=K`, K <= 64 in at
+        most a quarter of the budget; the cost then does not grow with
+        maximum_iterations). Raise it for long loops to run at stored speed.
 
     Raises:
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype (a key for a number, or the reverse).
-      ValueError: empty loop_vars, bad parallel_iterations,
-        maximum_iterations, checkpoints or gradient_memory, shape_invariants
-        that do not fit, body output of another shape.
+      ValueError: empty loop_vars, bad parallel_iterations, maximum_iterations,
+        checkpoints, gradient_memory or shape_invariants, body output of another shape.
     """
+    bound, options = _check_arguments(cond, body, loop_vars, parallel_iterations,
+                                      swap_memory, maximum_iterations, unroll, checkpoints,
+                                      gradient_memory)
+    name = "while" if name is None else str(name)
+    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
+    paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
+    leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
+    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths, leaves)
+
+    def flat_cond(carry):
+        return cond(*jax.tree_util.tree_unflatten(in_tree, carry))
+
+    def flat_body(carry):
+        out = body(*jax.tree_util.tree_unflatten(in_tree, carry))
+        return _body_output(out, loop_vars, paths, leaves, carry, invariants)
+
+    def check_carry(carry, out_avals):
+        _check_dtypes(paths, carry, out_avals)
+        checks.check_checkpoint_memory(options["checkpoints"], carry)
+
+    outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
+                           options=options, name=name, api="while_loop", cond_name="cond",
+                           back_prop=back_prop)
+    return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
+                   return_same_structure)
+
+
+def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory,
+                     maximum_iterations, unroll, checkpoints, gradient_memory):
+    """The checks of while_loop's arguments that need no tracing; returns the bound
+    operand and `functional_while` keywords (`_checks.loop_options`)."""
     checks.check_loop_vars(loop_vars)
     checks.check_callables(cond, body)
     checks.check_unpacking(cond, body, loop_vars)
     checks.check_parallel_iterations(parallel_iterations)
     checks.check_swap_memory(swap_memory)
-    bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
-                                         gradient_memory)
-    name = "while" if name is None else str(name)
+    return checks.loop_options(maximum_iterations, unroll, checkpoints, gradient_memory)
 
-    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
-    leaves = [checks.to_array(checks.path_name("loop_vars", p), x)
-              for p, x in leaves_with_paths]
-    leaves_with_paths = [(p, x) for (p, _), x in zip(leaves_with_paths, leaves)]
-    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars,
-                                                   leaves_with_paths)
 
-    keys = KeyLeaves(leaves)
-
-    def flat_body(i, *raw):
-        del i
-        xs = keys.wrap(raw)
-        out = body(*jax.tree_util.tree_unflatten(in_tree, xs))
-        return keys.raw(_conform_body_output(out, loop_vars, leaves_with_paths, xs,
-                                             invariants))  # keys checked there
-
-    def flat_cond(i, *raw):
-        del i
-        xs = keys.wrap(raw)
-        return [checks.check_cond_output(cond(*jax.tree_util.tree_unflatten(in_tree, xs)))]
-
-    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
-    for (path, _), x, out in zip(leaves_with_paths, init, body_jaxpr.out_avals):
-        if out.dtype != x.dtype:
-            raise TypeError(
-                f"while_loop: body output {checks.path_name('loop_vars', path)} has dtype "
-                f"{out.dtype}, but the loop variable has dtype {x.dtype}. Cast it with "
-                f".astype({x.dtype}) in body, or start the loop variable with the dtype "
-                f"body produces.")
-    checks.check_checkpoint_memory(options["checkpoints"], init)
-    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
-    operands = [cond_consts, body_consts, bound, init]
-    if not back_prop:
-        operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
-    _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                name=name, **options)
-    result = jax.tree_util.tree_unflatten(in_tree, keys.wrap(outs))
+def _result(result, loop_vars, return_same_structure):
+    """The final loop vars `result` (a list) as while_loop returns them."""
     if return_same_structure:
         return type(loop_vars)(result) if isinstance(loop_vars, tuple) else result
     return result[0] if len(result) == 1 else result
 
 
-def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
-    """Flatten body's output, checking its structure and shapes against loop_vars
-    leaf by leaf (`carry`: the body's inputs)."""
+def _body_output(out, loop_vars, paths, leaves, carry, invariants):
+    """Body's output `out` as a list of arrays, one per leaf of loop_vars (`leaves`,
+    named by `paths`; `carry`: the body's inputs); a TypeError or ValueError where
+    its structure, a shape or a key leaf differs. A weakly typed output (a Python
+    scalar) whose value fits its leaf's dtype takes that dtype."""
+    out = _body_structure(out, loop_vars)
+    out_leaves = jax.tree_util.tree_leaves(out)
+    return [_body_leaf(path, init, value, x, inv)
+            for path, init, value, x, inv in zip(paths, leaves, out_leaves, carry, invariants)]
+
+
+def _body_structure(out, loop_vars):
+    """Body's output as a list with the structure of loop_vars (a single loop
+    var may come back bare), or a TypeError that shows where it differs."""
     if len(loop_vars) == 1 and not (isinstance(out, (list, tuple)) and len(out) == 1
                                     and _same_structure(list(out), list(loop_vars))):
         out = [out]
     if isinstance(out, (list, tuple)):
         out = list(out)
-    out_leaves, out_tree = jax.tree_util.tree_flatten_with_path(out)
+    out_tree = jax.tree_util.tree_structure(out)
     expected_tree = jax.tree_util.tree_structure(list(loop_vars))
     if out_tree != expected_tree:
         where, expected, found = "loop_vars", expected_tree, out_tree
@@ -167,30 +143,42 @@ def _conform_body_output(out, loop_vars, leaves_with_paths, carry, invariants):
             f"returned {_describe(found)} but the loop variable is {_describe(expected)}. "
             f"Return one value per loop variable, in the same containers (tuple, list, "
             f"namedtuple, dict with the same keys).")
-    flat = []
-    for (path, init), (_, value), x, inv in zip(leaves_with_paths, out_leaves, carry,
-                                                invariants):
-        where = checks.path_name("loop_vars", path)
-        value = checks.to_array(f"body output {where}", value)
-        check_key_output("while_loop", where, value, init.dtype)
-        if value.shape != init.shape:
-            fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
-                   "size and write into it with .at[i].set(...), carrying the used length"
-                   " as another loop variable.")
-            if inv is not None:
-                raise ValueError(
-                    f"while_loop: {where} changes shape across iterations (initial "
-                    f"{init.shape}, body returns {value.shape}); shape_invariants allows "
-                    f"{inv}, which is more general than whilst can keep. {fix}")
+    return out
+
+
+def _body_leaf(where, init, value, x, inv):
+    """Body's output `value` for the leaf `where` that starts as `init` and is `x`
+    in this step, checked (`inv`: its shape invariant or None)."""
+    value = checks.to_array(f"body output {where}", value)
+    check_key_output("while_loop", where, value, init.dtype)
+    if value.shape != init.shape:
+        fix = ("whilst loops keep fixed shapes: preallocate a buffer of the maximum "
+               "size and write into it with .at[i].set(...), carrying the used length"
+               " as another loop variable.")
+        if inv is not None:
             raise ValueError(
-                f"while_loop: body output {where} has shape {value.shape}, but the loop "
-                f"variable has shape {init.shape}. {fix}")
-        if (value.dtype != x.dtype and jax.typeof(value).weak_type
-                and not jax.typeof(x).weak_type and not is_key(x)
-                and jax.numpy.result_type(value, x.dtype) == x.dtype):
-            value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
-        flat.append(value)
-    return flat
+                f"while_loop: {where} changes shape across iterations (initial "
+                f"{init.shape}, body returns {value.shape}); shape_invariants allows "
+                f"{inv}, which is more general than whilst can keep. {fix}")
+        raise ValueError(
+            f"while_loop: body output {where} has shape {value.shape}, but the loop "
+            f"variable has shape {init.shape}. {fix}")
+    if (value.dtype != x.dtype and jax.typeof(value).weak_type
+            and not jax.typeof(x).weak_type and not is_key(x)
+            and jax.numpy.result_type(value, x.dtype) == x.dtype):
+        value = lax.convert_element_type(value, x.dtype)  # a Python scalar fits
+    return value
+
+
+def _check_dtypes(paths, carry, out_avals):
+    """A TypeError where body's output type `out_avals[k]` has another dtype than
+    the loop variable `carry[k]` (weak types resolved)."""
+    for path, x, out in zip(paths, carry, out_avals):
+        if out.dtype != x.dtype:
+            raise TypeError(
+                f"while_loop: body output {path} has dtype {out.dtype}, but the loop "
+                f"variable has dtype {x.dtype}. Cast it with .astype({x.dtype}) in body, "
+                f"or start the loop variable with the dtype body produces.")
 
 
 def _same_structure(a, b):
