@@ -44,7 +44,7 @@ def policy(**options):
     stored = [e.params["static_bound"] for e in top if e.params["accumulators"]]
     chunks = [loop.params["static_bound"] for e in top
               for loop in iter_loops(e.params["body_jaxpr"].jaxpr)]
-    ckpt = [e.params["checkpoints"] for e in top if e.params["checkpoints"]]
+    ckpt = [_checkpoints(e) for e in top if _checkpoints(e)]
     return (stored or chunks or [None])[0], (ckpt or [None])[0]
 
 
@@ -114,10 +114,15 @@ def test_cost_is_flat_in_maximum_iterations():
     assert stored[0] == 256 and stored[1] == stored[2] < 1 << 16
 
 
+def _checkpoints(eqn):
+    """K of a loop whose gradient policy is `Checkpointed(K)`, else None."""
+    return getattr(eqn.params["gradient"], "checkpoints", None)
+
+
 def _loop_kinds(jaxpr):
     """`(role, checkpoints, pushes, pops)` of each loop at the top of `jaxpr` (a
     chunk's steps write their rows into stacks they carry: no pushes)."""
-    return [(e.params["role"], e.params["checkpoints"], e.params["accumulators"],
+    return [(e.params["role"], _checkpoints(e), e.params["accumulators"],
              e.params["pops"]) for e in jaxpr.eqns if e.primitive.name == "functional_while"]
 
 

@@ -13,7 +13,7 @@ import jax
 from jax import core as jax_core
 from jax.tree_util import keystr
 
-from whilst.ir import UNBOUNDED
+from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy
 
 
 def path_name(root: str, path) -> str:
@@ -243,8 +243,8 @@ def loop_options(maximum_iterations, unroll, checkpoints, gradient_memory):
     check_unroll(unroll)
     bound, static_bound = bound_operand(maximum_iterations)
     return bound, dict(static_bound=static_bound, unroll=unroll,
-                       checkpoints=check_checkpoints(checkpoints),
-                       gradient_memory=check_gradient_memory(gradient_memory))
+                       gradient=gradient_policy(check_checkpoints(checkpoints),
+                                                check_gradient_memory(gradient_memory)))
 
 
 def check_gradient_memory(gradient_memory) -> int | None:
@@ -265,10 +265,12 @@ def check_gradient_memory(gradient_memory) -> int | None:
 MAX_CHECKPOINT_BYTES = 2**34
 
 
-def check_checkpoint_memory(checkpoints: int | None, leaves) -> None:
-    """Refuse `checkpoints=K` whose K copies of the loop variables exceed 16 GiB."""
-    if checkpoints is None:
+def check_checkpoint_memory(gradient, leaves) -> None:
+    """Refuse `checkpoints=K` (a `Checkpointed(K)` policy) whose K copies of the loop
+    variables exceed 16 GiB."""
+    if not isinstance(gradient, Checkpointed):
         return
+    checkpoints = gradient.checkpoints
     per_copy = sum(int(np.prod(x.shape, dtype=object)) * np.dtype(x.dtype).itemsize
                    for x in leaves)
     if checkpoints * per_copy > MAX_CHECKPOINT_BYTES:

@@ -27,19 +27,14 @@ Static parameters:
     their stacks; with `pops`, the last body operands are the popped stacks, and
     the body receives one row of each. See `_stacks.py`.
   unroll: loop steps per emitted `stablehlo.while` iteration (None: automatic).
-  checkpoints: None, or the number of carries reverse mode keeps: then
-    linearizing the loop recomputes the steps between checkpoints
-    (`_checkpoint.py`). Ignored by the lowering.
-  gradient_memory: with `checkpoints=None`, the bytes reverse mode may hold
-    (None: `_linearize.DEFAULT_GRADIENT_MEMORY`): it stores the residuals of
-    as many steps as fit and recomputes the rest from checkpoints. Ignored by
+  gradient: the gradient policy, how reverse mode keeps the loop's steps
+    (`reverse/_policy.py`: `Budget(nbytes)` or `Checkpointed(K)`). Ignored by
     the lowering.
 
-Reverse mode lives in `_reverse.py` (stored residuals), `_checkpoint.py`
-(checkpoints) and `_budget.py` (both, within a memory budget), chosen by
-`_linearize.py`; the MLIR lowering in `_while_lowering.py`.
-`whilst.ir`'s `__init__` imports them all, so the rules are registered whenever
-the primitive can be bound.
+Its other rules (reverse mode in `reverse/`, partial evaluation, the MLIR
+lowering) live in their own modules; `_rules.py` registers them all in one block,
+and `whilst.ir`'s `__init__` imports it, so the rules are registered whenever the
+primitive can be bound.
 """
 from __future__ import annotations
 
@@ -59,6 +54,7 @@ from whilst._jax_compat import (
 from whilst.ir._stacks import (
     NO_STACKS, StackParams, explicit_form, explicit_layout, split_pops, stack_avals)
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir.reverse._policy import Budget
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
 ROLES = ("forward", "gradient", "linear")
@@ -68,8 +64,8 @@ functional_while_p.multiple_results = True
 
 
 def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body_jaxpr,
-                     static_bound, name, role="forward", unroll=None, checkpoints=None,
-                     gradient_memory=None, **stack_params):
+                     static_bound, name, role="forward", unroll=None, gradient=Budget(),
+                     **stack_params):
     """Bind `functional_while_p`; returns `[counter, *carry, *stacks]` (see the module
     docstring; `stack_params` are those of `_stacks.StackParams`).
 
@@ -94,15 +90,14 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
         counter, *outs = functional_while(
             [*moved, *cond_consts], [*moved, *body_consts], bound, carry_kept,
             cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, static_bound=static_bound,
-            name=name, role=role, unroll=unroll, checkpoints=checkpoints,
-            gradient_memory=gradient_memory, **stack_params)
+            name=name, role=role, unroll=unroll, gradient=gradient, **stack_params)
         carry_out, stacks = split_list(outs, [len(carry_kept)])
         return [counter, *merge_lists(invariant, carry_out, moved), *stacks]
     operands = [*cond_consts, *body_consts, bound, *carry]
     params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
                   cond_nconsts=len(cond_consts), body_nconsts=nb,
                   static_bound=static_bound, name=name, role=role, unroll=unroll,
-                  checkpoints=checkpoints, gradient_memory=gradient_memory,
+                  gradient=gradient,
                   **sp.as_params())
     if sp.any and not all(is_constant_shape(a.shape) for a in
                           [*body_jaxpr.in_avals, *body_jaxpr.out_avals]):

@@ -3,7 +3,7 @@
 imports this module once; no other module registers a rule of `functional_while_p`.
 
     evaluation, abstract eval, forward mode, batching   _functional_while.py
-    reverse mode (the gradient policies)                reverse/_policy.py
+    reverse mode (the gradient policies)                reverse/_linearization.py
     partial evaluation for remat, transposition         _partial_eval.py
     MLIR lowering                                       _while_lowering.py
 
@@ -21,7 +21,7 @@ from whilst.ir._partial_eval import (
     functional_while_partial_eval, functional_while_partial_eval_custom,
     functional_while_transpose)
 from whilst.ir._while_lowering import functional_while_lowering
-from whilst.ir.reverse._policy import functional_while_linearization
+from whilst.ir.reverse._linearization import functional_while_linearization
 
 functional_while_p.def_impl(
     lambda *args, **params: apply_primitive(functional_while_p, *args, **params))

@@ -48,10 +48,9 @@ from whilst.ir.iree_forms._onehot import onehot_indexing
 
 
 def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
-                              body_nconsts, static_bound, name, role, unroll, checkpoints,
-                              gradient_memory, accumulators, stack_rows, row_offset, pops,
-                              pop_pad):
-    del checkpoints, gradient_memory  # reverse mode's, chosen before lowering
+                              body_nconsts, static_bound, name, role, unroll, gradient,
+                              accumulators, stack_rows, row_offset, pops, pop_pad):
+    del gradient  # reverse mode's, chosen before lowering
     cond_consts, body_consts, bound, carry = split_operands(args, cond_nconsts, body_nconsts)
     consts, popped = split_pops(body_consts, pops)
     name_stack = ctx.name_stack.extend(name)

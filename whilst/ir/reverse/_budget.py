@@ -67,6 +67,7 @@ from whilst.ir._buffers import uninitialized
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
+from whilst.ir.reverse._policy import Budget, Checkpointed
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
@@ -115,7 +116,7 @@ class _Chunks:
     loops read are passed in."""
     S: int
     name: str
-    gradient_memory: int | None
+    policy: Budget
     body_jaxpr: object    # the loop's body, `(*consts, i, *xs)`
     cond: object          # the loop's cond and body with rows, shifted by a chunk's start
     primal: object
@@ -125,11 +126,11 @@ class _Chunks:
 
     @classmethod
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
-             unroll, gradient_memory, **_):
+             unroll, gradient, **_):
         cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
         primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
                           f"{name}_chunk_primal")
-        return cls(S, name, gradient_memory, body_jaxpr, cond, primal,
+        return cls(S, name, gradient, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
                    min(unroll_factor(always_true([]), steps.lin_body, unroll), S))
 
@@ -175,7 +176,7 @@ class _Chunks:
                 f"{self.name}_chunk_cond"),
             body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                                     f"{self.name}_chunk_body"),
-            static_bound=self.S, name=self.name, gradient_memory=self.gradient_memory)
+            static_bound=self.S, name=self.name, gradient=self.policy)
         return m, outs[:ncarry], outs[ncarry:]
 
     def recomputed(self, hoisted, start, steps, xs, stacks):
@@ -217,7 +218,7 @@ def _unpacked_policy(ints, K):
 
 def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body_jaxpr,
                      cond_nconsts, body_nconsts, static_bound, name, role, unroll,
-                     gradient_memory):
+                     gradient):
     """The linearize rule of `functional_while_p` within a budget of S stored rows
     per chunk and K checkpoints (see the module docstring)."""
     loop = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
@@ -225,7 +226,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     if not S:
         return checkpointed_linearize(nzs, *primals, **loop, static_bound=static_bound,
                                       role=role, unroll=unroll, checkpoints=K)
-    chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient_memory=gradient_memory)
+    chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient=gradient)
     if (seen := CHUNKED_LOOPS.get()) is not None:
         seen.append(chunks)
     cond_consts, body_consts, bound, carry = split_operands(
@@ -263,7 +264,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                                COUNTER_AVAL, *state_avals],
                                 "budget_forward_body"),
         static_bound=None if static_bound is None else -(-static_bound // S),
-        name=name, role=role, checkpoints=K)
+        name=name, role=role, gradient=Checkpointed(K))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
@@ -395,7 +396,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
                                 "budget_gradient_cond"),
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "budget_gradient_body"),
-        static_bound=None, name=chunks.name, role="gradient", checkpoints=K)
+        static_bound=None, name=chunks.name, role="gradient",
+        gradient=Checkpointed(K))
     ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]

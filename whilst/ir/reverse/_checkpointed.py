@@ -71,6 +71,7 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
+from whilst.ir.reverse._policy import Checkpointed
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
@@ -130,7 +131,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     def forward(*operands):
         cc, bc, (b,), xs = split_list(operands, [cond_nconsts, nb, 1])
         return functional_while(cc, bc, b, xs, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
-                                static_bound=static_bound, name=name, role=role, checkpoints=K)
+                                static_bound=static_bound, name=name, role=role,
+                                gradient=Checkpointed(K))
 
     n, *outs = forward(*cond_consts, *body_consts, bound, *init)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
@@ -201,7 +203,8 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]),
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "checkpointed_linear_body"),
-        static_bound=None, name=name, role="linear", checkpoints=checkpoints)
+        static_bound=None, name=name, role="linear",
+        gradient=Checkpointed(checkpoints))
     return outs[ncarry:]
 
 
@@ -404,7 +407,7 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
                                 "checkpointed_gradient_cond"),
         body_jaxpr=gradient_body,
-        static_bound=None, name=name, role="gradient", checkpoints=K)
+        static_bound=None, name=name, role="gradient", gradient=Checkpointed(K))
     given_out, started_out = split_list(outs[3 + 2 * ncarry:], [ngiven])
     zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [nzero])
     ct_x_out = merge_lists(zero_ct, given_out, zero_started_out)

@@ -1,52 +1,41 @@
-"""Reverse mode of `functional_while_p`: the one place that chooses how a loop's
-steps are kept for its gradient While::
+"""Gradient policies: how reverse mode keeps a loop's steps for its gradient While.
 
-    if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
-    forward While with accumulators):
-        the same, on its explicit form (_stacks.py)
-    elif checkpoints is not None:  # K copies of the carry, steps recomputed between them
-        checkpointed_linearize(...)          # _checkpoint.py
-    elif static_bound rows of residuals fit in gradient_memory bytes:
-        stored_linearize(...)                # _reverse.py: every step's residuals
-    else:                          # chunks of as many steps as fit, checkpoints between them
-        budget_linearize(...)                # _budget.py
+A loop's policy is one frozen value, the `gradient` parameter of
+`functional_while_p`; `_linearization.py` dispatches on it::
+
+    Budget(nbytes)            # the default (nbytes = DEFAULT_GRADIENT_MEMORY):
+        if maximum_iterations rows of residuals fit in nbytes:
+            store every step's residuals                         (_stored.py)
+        else:
+            chunks of as many stored steps as fit, copies of the
+            carry at chunk starts, each chunk recomputed once    (_budget.py)
+    Checkpointed(K)           # `checkpoints=K`:
+        K copies of the carry, every step recomputed by the
+        binomial schedule                                        (_checkpointed.py)
 """
 from __future__ import annotations
 
-import jax
-from jax.interpreters.ad import Zero
-
-from whilst.ir.reverse._budget import budget_linearize, budget_split
-from whilst.ir.reverse._checkpointed import checkpointed_linearize
-from whilst.ir.reverse._stored import step_residuals, stored_linearize
-from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
+import dataclasses
 
 DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop
 
 
-def functional_while_linearization(is_vjp, nzs, *primals, **params):
-    if StackParams.of(params).any:
-        operands, new_params = explicit_form(primals, params)
-        new_stacks = operands[len(operands) - params["accumulators"]:]
-        out, out_nz, residuals, linearized = functional_while_linearization(
-            is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
-            *operands, **new_params)
-        stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
-        return out, out_nz, residuals, lambda res, *t: linearized(
-            res, *explicit_layout(params, t, stack_zeros))
-    params = {k: v for k, v in params.items() if k not in NO_STACKS}
-    checkpoints = params.pop("checkpoints")
-    if checkpoints is not None:
-        del params["gradient_memory"]
-        return checkpointed_linearize(nzs, *primals, **params, checkpoints=checkpoints)
-    steps = step_residuals(is_vjp, nzs, *primals, **params)
-    budget = params["gradient_memory"]
-    budget = DEFAULT_GRADIENT_MEMORY if budget is None else budget
-    static_bound = params["static_bound"]
-    if static_bound is not None and (steps.row_bytes is None
-                                     or static_bound * steps.row_bytes <= budget):
-        return stored_linearize(steps, *primals, **params)
-    carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    chunk_rows, K = budget_split(budget, carry_avals, steps)
-    return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Store what fits in `nbytes`, checkpoint the rest (see the module docstring)."""
+    nbytes: int = DEFAULT_GRADIENT_MEMORY
 
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointed:
+    """Keep `checkpoints` copies of the carry and recompute every step."""
+    checkpoints: int
+
+
+def gradient_policy(checkpoints: int | None = None,
+                    gradient_memory: int | None = None) -> Budget | Checkpointed:
+    """The policy of `while_loop(..., checkpoints=, gradient_memory=)`: `checkpoints`
+    wins; `gradient_memory=None` is the default budget."""
+    if checkpoints is not None:
+        return Checkpointed(checkpoints)
+    return Budget(DEFAULT_GRADIENT_MEMORY if gradient_memory is None else gradient_memory)

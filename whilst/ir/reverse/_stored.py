@@ -264,7 +264,7 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
 
 
 def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                     body_nconsts, static_bound, name, role, unroll, gradient_memory):
+                     body_nconsts, static_bound, name, role, unroll, gradient):
     """The linearize rule of `functional_while_p` storing every step's residual rows
     in stacks of `static_bound` rows (see the module docstring)."""
     cond_consts, _, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
@@ -283,7 +283,7 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
     n, *outs = functional_while(
         cond_consts, steps.hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
         body_jaxpr=steps.primal_jaxpr, static_bound=static_bound, name=name, role=role,
-        unroll=unroll, gradient_memory=gradient_memory, accumulators=n_rows,
+        unroll=unroll, gradient=gradient, accumulators=n_rows,
         stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]

@@ -1,0 +1,48 @@
+"""Reverse mode of `functional_while_p`: the one dispatch on a loop's gradient
+policy (`_policy.py`)::
+
+    if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
+    forward While with accumulators):
+        the same, on its explicit form (_stacks.py)
+    elif policy is Checkpointed(K):
+        checkpointed_linearize(...)          # _checkpointed.py
+    elif static_bound rows of residuals fit in Budget(nbytes):
+        stored_linearize(...)                # _stored.py: every step's residuals
+    else:                          # chunks of as many steps as fit, checkpoints between them
+        budget_linearize(...)                # _budget.py
+"""
+from __future__ import annotations
+
+import jax
+from jax.interpreters.ad import Zero
+
+from whilst.ir.reverse._budget import budget_linearize, budget_split
+from whilst.ir.reverse._checkpointed import checkpointed_linearize
+from whilst.ir.reverse._stored import step_residuals, stored_linearize
+from whilst.ir.reverse._policy import Checkpointed
+from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
+
+
+def functional_while_linearization(is_vjp, nzs, *primals, **params):
+    if StackParams.of(params).any:
+        operands, new_params = explicit_form(primals, params)
+        new_stacks = operands[len(operands) - params["accumulators"]:]
+        out, out_nz, residuals, linearized = functional_while_linearization(
+            is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
+            *operands, **new_params)
+        stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
+        return out, out_nz, residuals, lambda res, *t: linearized(
+            res, *explicit_layout(params, t, stack_zeros))
+    params = {k: v for k, v in params.items() if k not in NO_STACKS}
+    policy = params["gradient"]
+    if isinstance(policy, Checkpointed):
+        del params["gradient"]
+        return checkpointed_linearize(nzs, *primals, **params, checkpoints=policy.checkpoints)
+    steps = step_residuals(is_vjp, nzs, *primals, **params)
+    static_bound = params["static_bound"]
+    if static_bound is not None and (steps.row_bytes is None
+                                     or static_bound * steps.row_bytes <= policy.nbytes):
+        return stored_linearize(steps, *primals, **params)
+    carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
+    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps)
+    return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
