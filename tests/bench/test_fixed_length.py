@@ -2,20 +2,15 @@
 `lax.scan` of the steps it took) records the trip counts a plain Python loop takes
 and computes what the whilst program computes, forward, vmapped with per-lane
 trip counts, and differentiated (on JAX; bench/iree_vs_jax.py runs it on IREE)."""
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import whilst
+from fixed_length import Trips, fixed_length, trip_counts  # bench/fixed_length.py
 from whilst.ir import iter_loops
 from whilst.lowering import unroll_factors
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
-from fixed_length import Trips, fixed_length, trip_counts  # noqa: E402
 
 
 def steps(x, limit):

@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 
 import whilst as whilst_api
+from helpers import REPO
 from whilst.cli import main
+
+pytestmark = pytest.mark.iree
+
 
 MODEL = textwrap.dedent('''
     import jax.numpy as jnp
@@ -275,7 +279,7 @@ def test_debug_shows_the_traceback(work, capsys):
         with pytest.raises(Exception, match="cannot find 'nope.py'"):
             main(["--debug", "compile", "nope.py:f", "--arg", "f32", "-o", "z.vmfb"])
     finally:
-        os.chdir(os.path.dirname(os.path.dirname(__file__)))
+        os.chdir(REPO)
 
 
 def test_console_script_runs(grad_module, work):

@@ -8,6 +8,9 @@ import pytest
 
 from whilst.cli import main
 
+pytestmark = pytest.mark.iree
+
+
 MODEL = textwrap.dedent('''
     import jax.numpy as jnp
     import whilst

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import nested_sin_oracle, unrolled
+from helpers import nested_sin_oracle, unrolled
 from whilst.ir import iter_loops
 from whilst.ir._xla_cpu_choice import portable_forms
 from whilst.lowering import compile_to_stream, loop_counts, prepare
@@ -163,6 +163,7 @@ def test_jit_vmap_per_example_trip_counts_and_switch():
     np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.iree
 def test_chunk_loops_write_their_rows_at_the_counter_on_iree():
     """A chunk's loops (the forward's, and the gradient's recomputation) are counted:
     IREE keeps their counter on the host, so their row writes stay slices, copies
@@ -181,6 +182,7 @@ def test_chunk_loops_write_their_rows_at_the_counter_on_iree():
     assert loops.count((0, 2)) == 2, loops
 
 
+@pytest.mark.iree
 @pytest.mark.parametrize("memory", [136, 260])  # chunks of 3 and 6 steps, K = 2 and 3
 def test_vmap_of_grad_across_the_switch_on_iree(memory):
     """Lanes that end in the first chunk, at its end, and many chunks later, in one

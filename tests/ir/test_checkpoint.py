@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import nested_sin_oracle
+from helpers import nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle, tanh_step
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir._checkpoint_schedule import (
     EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step, policy_step_jnp,
@@ -20,20 +20,10 @@ W = np.array([0.9, -0.7, 1.1], np.float32)
 X0 = np.array([0.3, -0.2, 0.5], np.float32)
 
 
-def step(w, i, x):
-    return jnp.tanh(w * x + 0.05 * i.astype(jnp.float32)) * 1.2
-
-
 def loss(x, w, n, K):
-    out = whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, step(w, i, x)), [0, x],
+    out = whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, tanh_step(w, i, x)), [0, x],
                             checkpoints=K)
     return jnp.sum(out[1] ** 2)
-
-
-def loss_ref(x, w, n):
-    for i in range(n):
-        x = step(w, jnp.int32(i), x)
-    return jnp.sum(x ** 2)
 
 
 def boundary_trip_counts(K):
@@ -52,7 +42,7 @@ def test_gradients_match_the_unrolled_loop(K, form, monkeypatch):
     grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=3)
     for n in boundary_trip_counts(K):
         got = grad(X0, W, n, K)
-        want = jax.grad(loss_ref, argnums=(0, 1))(X0, W, n)
+        want = jax.grad(tanh_loss_oracle, argnums=(0, 1))(X0, W, n)
         for g, h in zip(got, want):
             np.testing.assert_allclose(g, h, rtol=3e-5, atol=1e-6, err_msg=f"K={K} n={n}")
 
@@ -117,16 +107,10 @@ def per_example(x, n):
                              [0, x], checkpoints=2)[1]
 
 
-def per_example_ref(x, n):
-    for _ in range(n):
-        x = jnp.sin(x) * 1.5 + 0.1
-    return x
-
-
 def test_vmap_with_per_example_trip_counts():
     xs = jnp.array([0.1, 0.7, -0.4, 1.2])
     ns = np.array([0, 1, 5, 9])   # 9 > (2+1)(2+2)/2: every lane follows its own schedule
-    want = np.array([jax.grad(per_example_ref)(x, int(n)) for x, n in zip(xs, ns)])
+    want = np.array([jax.grad(per_example_sin_oracle)(x, int(n)) for x, n in zip(xs, ns)])
     np.testing.assert_allclose(jax.jit(jax.vmap(jax.grad(per_example)))(xs, ns), want,
                                rtol=1e-5)
     np.testing.assert_allclose(
@@ -232,6 +216,7 @@ def test_stablehlo_holds_two_whiles_per_derivative_order():
     assert roles == ["forward", "gradient"]
 
 
+@pytest.mark.iree
 def test_compiles_and_runs_on_iree():
     # The trip count is a run-time input; a cond that reads a float carry
     # (`converge`) hangs in IREE 3.13 even without gradients (see the report).
@@ -242,6 +227,7 @@ def test_compiles_and_runs_on_iree():
                                    atol=1e-6)
 
 
+@pytest.mark.iree
 def test_vmap_of_grad_with_per_example_trip_counts_on_iree():
     """Every lane stores and restores its own checkpoints (the slot writes and reads
     at per-lane slots, on IREE in explicit-index form: whilst/ir/_batched_scatter.py);
@@ -253,7 +239,7 @@ def test_vmap_of_grad_with_per_example_trip_counts_on_iree():
     counts = boundary_trip_counts(K)   # 0, 1, 2, 3, 4, 5, 6, 13, 18
     for ns in [counts[:4], counts[4:8], [counts[-1], 0, counts[-2], 5]]:
         ns = np.array(ns, np.int32)
-        want = [jax.grad(loss_ref)(x, W, int(n)) for x, n in zip(xs, ns)]
+        want = [jax.grad(tanh_loss_oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
         np.testing.assert_allclose(module(xs, W, ns), np.stack(want), rtol=3e-5, atol=1e-6,
                                    err_msg=f"ns={ns}")
 

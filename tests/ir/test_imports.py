@@ -1,12 +1,11 @@
 """Import structure: every rule of whilst's primitives is registered by whatever
 import makes a loop possible, and no more than the runtime needs JAX."""
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from helpers import REPO
 
 
 def test_frontend_alone_registers_lowering_and_reverse_mode():

@@ -10,7 +10,7 @@ import pytest
 from jax.core import ShapedArray
 
 import whilst
-from conftest import unrolled
+from helpers import unrolled
 from whilst.ir._inspect import iter_loops
 from whilst.ir._packing import PACK_ELEMENTS, PACK_ROW_ELEMENTS, RowPacking
 
@@ -112,6 +112,7 @@ def test_small_rows_share_one_stack_per_dtype():
     assert max(s.shape[1] for s in stacks) > 1  # the f32 stack holds several residuals
 
 
+@pytest.mark.iree
 def test_packed_gradient_on_iree_matches_the_unrolled_loop():
     grad = jax.grad(functools.partial(euler_loss, maximum_iterations=200), argnums=(0, 1))
     module = whilst.compile(grad, Y0, A)

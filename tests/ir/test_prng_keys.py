@@ -1,6 +1,6 @@
 """Loops that carry typed PRNG keys (`jax.random.key`) run as the same loop in plain
 Python does: eagerly, under jit and vmap, in reverse mode, bounded or not, and on
-IREE. The oracle runs the same `jax.random` calls unrolled (`conftest.unrolled`)."""
+IREE. The oracle runs the same `jax.random` calls unrolled (`helpers.unrolled`)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 
 import whilst
 import whilst.lax
-from conftest import unrolled
+from helpers import unrolled
 
 
 def noisy_body(k, x):
@@ -78,6 +78,7 @@ def test_lax_fori_loop_carries_a_key():
     np.testing.assert_allclose(total, want_total, rtol=1e-6)
 
 
+@pytest.mark.iree
 def test_a_key_carrying_loop_and_its_gradient_run_on_iree():
     def f(x, seed):
         k, y = whilst.while_loop(noisy_cond, noisy_body, [jax.random.key(seed), x])

@@ -11,7 +11,7 @@ from jax import lax
 from jax.extend.core import jaxprs_in_params
 
 import whilst
-from conftest import nested_sin_oracle, unrolled
+from helpers import nested_sin_oracle, unrolled
 
 POLICIES = {
     "default": None,

@@ -78,6 +78,7 @@ def test_a_trip_count_past_int32_is_capped_by_the_bound():
     assert (int(i), int(s)) == (I32.min + 1000, 1000)
 
 
+@pytest.mark.iree
 def test_counter_tested_loops_on_iree_read_nothing_back_and_run_every_trip_count():
     exports = [whilst.export(counted(form), form[3](0), form[3](0), np.float32(0),
                              name=form[0]) for form in FORMS]
@@ -112,6 +113,7 @@ def test_other_tests_keep_their_loop_test(cond, step):
                          jaxpr["body_nconsts"]) is None
 
 
+@pytest.mark.iree
 def test_a_traced_negative_bound_runs_no_step_on_iree():
     """A traced maximum_iterations may be negative, as far down as int32's minimum:
     the counted loop (k = 64, full iterations tested `i < bound - 63`) takes no

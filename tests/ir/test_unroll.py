@@ -61,6 +61,7 @@ def test_vmap_with_unrolling_keeps_per_example_trip_counts():
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.iree
 def test_iree_unrolled_forward_and_gradient_match_k1():
     x = np.array([0.3, -0.2, 0.9], np.float32)
     module = whilst.compile(
@@ -139,6 +140,7 @@ def sin_steps_oracle(x, w, n):
 
 # bound = 2k: the loop's last emitted iteration fills the stacks to their last row, and
 # the forward's steps after its last full iteration start past the stacks' end.
+@pytest.mark.iree
 @pytest.mark.parametrize("clock", ["counter", "float"])
 @pytest.mark.parametrize("k, bound", [(2, 5), (3, 7), (2, 4)])
 def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound, clock):
@@ -164,6 +166,7 @@ def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound, c
             np.testing.assert_allclose(gk, o, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.iree
 def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
     """Batched pushes (one chunk for all lanes) and per-lane pops."""
     xs = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
@@ -178,6 +181,7 @@ def test_iree_vmap_of_unrolled_gradient_keeps_per_example_trip_counts():
         np.testing.assert_allclose(gw[lane], want_w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.iree
 @pytest.mark.parametrize("clock, loads", [("counter", (0, 0)), ("float", (1, 0))])
 def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step(clock, loads):
     """The push/pop gradient of a tiny body reads back at most one scalar per
@@ -206,6 +210,7 @@ def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step(cl
     assert tuple(n for n, _ in loops) == loads, loops
 
 
+@pytest.mark.iree
 @pytest.mark.parametrize("step, loads", [(1, 0), (3, 1)])
 def test_iree_unrolled_steps_fuse_into_few_dispatches(step, loads):
     """The k steps of an emitted iteration run unpredicated, so IREE fuses them:
@@ -244,6 +249,7 @@ COUNTERS = [
 ]
 
 
+@pytest.mark.iree
 @pytest.mark.parametrize("shape", [(), (3,)])
 def test_iree_counter_strides_run_every_trip_count(shape):
     """Loops whose test reads a counter stepped by a literal (`i + 3`, `1 + i`,
@@ -274,6 +280,7 @@ def test_iree_counter_strides_run_every_trip_count(shape):
             np.testing.assert_array_equal(x, np.float32(0.25 + 1.5 * trips), err_msg=name)
 
 
+@pytest.mark.iree
 def test_iree_scalar_loop_at_default_unroll_runs_every_trip_count():
     """`while i < n: i += 1; x += 1.5` at its automatic unroll (64): the steps after
     the last full iteration (up to 63 predicated scalar steps) once formed an IREE

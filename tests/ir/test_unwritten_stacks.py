@@ -14,7 +14,7 @@ from jax.extend.mlir import ir
 from jax.interpreters import mlir
 
 import whilst
-from conftest import nested_sin_oracle, unrolled
+from helpers import nested_sin_oracle, unrolled
 from whilst._jax_compat import broadcast_in_dim
 from whilst.ir import _buffers
 

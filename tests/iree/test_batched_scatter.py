@@ -85,6 +85,7 @@ def _np_write(t, k, r, add):
     return t
 
 
+@pytest.mark.iree
 def test_vmapped_writes_outside_loops_run_on_iree():
     """`jax.vmap` of writes at per-lane positions, at the top level of the exported
     function, in a jitted helper and in a lax.scan, against numpy."""

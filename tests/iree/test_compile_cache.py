@@ -10,6 +10,8 @@ import whilst._cache
 import whilst._compile
 from whilst.runtime import load
 
+pytestmark = pytest.mark.iree
+
 
 def step(x, n):
     return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x + 1.0), [0, x])

@@ -2,19 +2,14 @@
 `ys.at[t].set(h)`), over arrays too large for one-hot selects, run on IREE as
 gathers and scatters (`whilst.ir._device_indexing`): the same answers as Python,
 and no readback of the position per step."""
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import cg  # samples/cg.py
 import whilst
 from whilst.lowering import compile_to_stream, loop_counts, prepare
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
-import cg  # noqa: E402
 
 ROWS, WIDTH = 600, 8  # 4800 elements: past the one-hot limit, so one step per iteration
 

@@ -2,8 +2,6 @@
 plain Python / numpy loops, and keep loop-carried buffers in place."""
 import collections
 import functools
-import pathlib
-import sys
 import warnings
 
 import jax
@@ -12,12 +10,13 @@ import numpy as np
 import pytest
 
 import whilst
-from conftest import unrolled
+from helpers import REPO, unrolled
+from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst.lowering import (
     CompileError, compile_to_stream, loop_counts, prepare, stream_copy_sizes)
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench" / "iree_limits"))
-from reproduce import recording_cg  # noqa: E402  (the reproducer's program, shared)
+pytestmark = pytest.mark.iree
+
 
 Particle = collections.namedtuple("Particle", "pos, vel")
 
@@ -299,10 +298,9 @@ def test_second_derivatives_of_a_loop_without_bound_run():
 
 
 def test_readme_example_runs():
-    import pathlib
     import re
 
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)

@@ -1,17 +1,16 @@
 """A dispatch over the IREE runtime's limit of buffer bindings: iree-compile 3.13 makes
 a module of it whose every call fails, so whilst refuses it at compile time
-(`compile_module`). The program is bench/iree_limits/wide_scalar_dispatch.mlir."""
-import pathlib
+(`compile_module`). The program is iree_limits/wide_scalar_dispatch.mlir."""
 import re
 
 import numpy as np
 import pytest
 
 import whilst
+from helpers import REPO
 from whilst.lowering import compile_module
 
-WIDE = (pathlib.Path(__file__).resolve().parent.parent / "bench" / "iree_limits" /
-        "wide_scalar_dispatch.mlir").read_text()
+WIDE = (REPO / "iree_limits" / "wide_scalar_dispatch.mlir").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +33,7 @@ def runtime_failure():
     return int(found[1]), int(found[2])
 
 
+@pytest.mark.iree
 def test_iree_makes_a_module_whose_every_call_fails(runtime_failure):
     bindings, limit = runtime_failure
     assert bindings > limit

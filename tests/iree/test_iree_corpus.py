@@ -16,7 +16,11 @@ import pytest
 from jax import lax
 
 import whilst
-from conftest import nested_sin_oracle, unrolled
+from helpers import (
+    REPO, nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle, tanh_step, unrolled)
+
+pytestmark = [pytest.mark.iree, pytest.mark.slow]
+
 
 Pair = collections.namedtuple("Pair", "j, k")
 P = collections.namedtuple("P", "a, b")
@@ -344,11 +348,7 @@ def per_example(x, n):
 
 
 def per_example_ref_grads(xs, ns):
-    def ref(x, n):
-        for _ in range(n):
-            x = jnp.sin(x) * 1.5 + 0.1
-        return x
-    return np.array([jax.grad(ref)(x, int(n)) for x, n in zip(xs, ns)])
+    return np.array([jax.grad(per_example_sin_oracle)(x, int(n)) for x, n in zip(xs, ns)])
 
 
 def cos_steps(loop):
@@ -424,23 +424,17 @@ WC = np.array([0.9, -0.7, 1.1], f32)
 XC = np.array([0.3, -0.2, 0.5], f32)
 
 
-def ck_step(w, i, x):
-    return jnp.tanh(w * x + 0.05 * i.astype(jnp.float32)) * 1.2
-
-
 def ck_loss(x, n, K=3):
-    out = wl(lambda i, x: i < n, lambda i, x: (i + 1, ck_step(WC, i, x)), [0, x], checkpoints=K)
+    out = wl(lambda i, x: i < n, lambda i, x: (i + 1, tanh_step(WC, i, x)), [0, x], checkpoints=K)
     return jnp.sum(out[1] ** 2)
 
 
 def ck_loss_ref(x, n):
-    for i in range(int(n)):
-        x = ck_step(WC, jnp.int32(i), x)
-    return jnp.sum(x ** 2)
+    return tanh_loss_oracle(x, WC, n)
 
 
 def budget_loss(x, n, **options):
-    out = wl(lambda i, x: i < n, lambda i, x: (i + 1, ck_step(WC, i, x)), [0, x], **options)
+    out = wl(lambda i, x: i < n, lambda i, x: (i + 1, tanh_step(WC, i, x)), [0, x], **options)
     return jnp.sum(out[1] ** 2)
 
 
@@ -601,15 +595,12 @@ def test_refused():
 
 def test_runtime_failure_is_one_clear_error():
     """A module that fails inside the IREE runtime (the loop form whilst emitted
-    before the fix, bench/iree_limits/barrier_on_constant_init.mlir) raises
+    before the fix, iree_limits/barrier_on_constant_init.mlir) raises
     whilst.runtime.RunError naming the function."""
-    import pathlib
-
     from whilst.lowering import compile_text
     from whilst.runtime.seal import seal
 
-    text = (pathlib.Path(__file__).parent.parent / "bench" / "iree_limits" /
-            "barrier_on_constant_init.mlir").read_text()
+    text = (REPO / "iree_limits" / "barrier_on_constant_init.mlir").read_text()
     module = whilst.runtime.load(seal(compile_text(text)))
     with pytest.raises(whilst.runtime.RunError, match="main: the IREE runtime failed"):
         module.main(A4, np.ones(4, f32))

@@ -137,6 +137,7 @@ def record_crossings_oracle(x, levels, limit):
     return i, x, j, seen
 
 
+@pytest.mark.iree
 def test_iree_loop_indexing_small_tables_unrolls_and_matches_k1():
     levels = np.array([0.2, 0.3, 0.9, 1.5, 4.0], np.float32)
     specs = np.float32(0), levels, np.int32(0)
@@ -162,6 +163,7 @@ def test_iree_loop_indexing_small_tables_unrolls_and_matches_k1():
     assert set(range(2 * k + 2)) <= trips and 40 in trips, (trips, k)
 
 
+@pytest.mark.iree
 def test_iree_gradient_through_small_table_writes_unrolls_and_matches_k1():
     levels = np.array([0.2, 0.3, 0.9, 1.5, 4.0], np.float32)
 

@@ -2,19 +2,15 @@
 the factors follow `unroll_factor`'s measure, and on IREE the loops give the
 answers of a plain numpy loop and gradients of `jax.grad` of the Python-unrolled
 program, for scan lengths that the factor divides and that it does not."""
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 import whilst
+from newton import tridiagonal_solve  # samples/newton.py: two scans
 from whilst.ir._unroll import MAX_SCAN_UNROLL, unrolled_scans
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
-from newton import tridiagonal_solve  # noqa: E402  (two scans, as in the Newton sample)
 
 
 def scan_unrolls(closed):
@@ -130,6 +126,7 @@ def relax_loss_unrolled(u, theta, steps):
     return jnp.sum(u ** 2)
 
 
+@pytest.mark.iree
 def test_iree_loops_with_unrolled_scans_match_numpy_and_unrolled_gradients():
     theta = np.array([0.3, 0.7], np.float32)
     # scans of 11 steps (MAX_SCAN_UNROLL at a time and a remainder) and of 16

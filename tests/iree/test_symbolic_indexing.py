@@ -52,6 +52,7 @@ def test_rewritten_ops_equal_jax_on_xla(exported, name):
             np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.iree
 def test_rewritten_ops_run_on_iree(exported):
     module = whilst.compile(list(exported.values()), cache=False).load()
     for name, fn in PROGRAMS.items():

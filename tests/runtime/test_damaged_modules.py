@@ -1,7 +1,6 @@
 """Damaged modules give a LoadError, never a crash, a traceback or wrong numbers:
 the seal (including damage to its own marker), the CRC-32s of unsealed modules,
 validated metadata, and a byte-flip fuzz over sealed and unsealed modules."""
-import os
 import random
 import subprocess
 import sys
@@ -11,12 +10,13 @@ import numpy as np
 import pytest
 
 import whilst
+from helpers import REPO
 from whilst.lowering import compile_text, prepare
 from whilst.runtime import LoadError, describe, load
 from whilst.runtime.seal import SEAL_LEN, SEAL_MAGIC, is_sealed, unseal
 from whilst.runtime.signature import validate
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.iree
 
 
 def doubling(n, x):

@@ -7,6 +7,8 @@ import pytest
 import whilst
 from whilst.runtime import load
 
+pytestmark = pytest.mark.iree
+
 
 def count_up(n, x):
     """Double x, n times (i32 counter, f32 carry)."""

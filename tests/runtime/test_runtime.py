@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import whilst
+from helpers import REPO
 from whilst.runtime import LoadError, describe, load
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.iree
 
 
 def scan(x, state):

@@ -1,15 +1,15 @@
 """The samples at a small size: each runs end to end (export, IREE compile, run on the
 embedded runtime) and its `check` compares the IREE results with an oracle that does
 not use whilst."""
-import pathlib
-import sys
+import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "samples"))
+# samples/ (on the tests' pythonpath, pyproject.toml)
+import cg
+import lstm
+import newton
+import ode_fit
 
-import cg  # noqa: E402
-import lstm  # noqa: E402
-import newton  # noqa: E402
-import ode_fit  # noqa: E402
+pytestmark = [pytest.mark.iree, pytest.mark.slow]
 
 
 def test_cg_solution_and_gradient_match_linalg_solve():
