@@ -11,7 +11,7 @@ JAX's values; so does whilst's own gradient While of the same solver.
 bench/iree_vs_jax.py meets this in the CG row's floor (the fixed-length twin),
 which therefore has no time.
 
-    python bench/iree_limits/affinity_scan_gradient.py
+    python iree_limits/affinity_scan_gradient.py
 """
 import os
 import sys
@@ -27,8 +27,7 @@ from whilst.lowering import compile_flags
 from whilst.lowering._iree import AFFINITY
 from whilst.lowering._ir_walk import public_functions
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "samples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "samples"))
 from cg import problem  # noqa: E402
 
 STEPS = 56  # what the sample's solver takes on this system under JAX

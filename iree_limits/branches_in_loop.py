@@ -17,17 +17,17 @@ N = 29 cases on (fewer carries or cases compile); the same loop with each case
 written as its two branches and an elementwise select compiles at every size.
 
 whilst met this in `jax.grad(jax.grad(f))` of a loop with `checkpoints=2`
-(tests/test_iree_corpus.py checkpoint_jvp_and_grad_of_grad): the gradient Whiles
+(tests/iree/test_iree_corpus.py checkpoint_jvp_and_grad_of_grad): the gradient Whiles
 of the checkpoint schedule branch with a three-way `lax.switch` whose
 re-planning branches each hold a `lax.cond` (whilst/ir/_checkpoint.py), and the
 second gradient's body held 7 cases over 21 carries. Worked around: linearizing
 a gradient While computes every branch of its schedule and selects one
 (whilst/ir/_selected_branches.py); with aggressive fusion the program still
 fails this way, and compiles with the default fusion whilst falls back to.
-First-order gradients keep their branches (selecting there made them 1.2-1.5x
-slower on IREE: the body's vjp ran in every step).
+First-order gradients keep their branches (selecting there runs the body's vjp in
+every step, which made them slower on IREE: README.md).
 
-    python bench/iree_limits/branches_in_loop.py [N C]
+    python iree_limits/branches_in_loop.py [N C]
 """
 import sys
 

@@ -1,18 +1,7 @@
 """IREE 3.13 (vulkan-spirv, run on an NVIDIA H100 with the 580 driver): booleans
 (i1 tensors) that a `stablehlo.while` carries, and small boolean results, come
 back wrong on the `vulkan` driver; the same modules are right on `local-sync`
-and `cuda`.
-
-Measured on 2026-11-24 (bench/gpu_check.py's programs and the ones below):
-- whilst's loops stopped after 0-2 steps whatever n: they carried the loop test
-  as an i1 (`count` returned 0 for n = 1, 5, 100; a counter loop returned 2
-  for every n). JAX's own `lax.while_loop`, which recomputes its test in the
-  cond region and carries no boolean, ran right.
-- The LSTM sample's gradient carries stacks of boolean residuals
-  (`tensor<20x64x32xi1>`): its gradients were off by up to 210 with i1 stacks,
-  by up to 9.9 with i8 stacks, and right (6e-8) with i32 stacks.
-- `x > 0` for an `f32[3]` returns `[False False False]` on vulkan (right for
-  `f32[1000]`), and so does `n.astype(bool)` for an `i32[3]`.
+and `cuda` (what was measured: README.md).
 
 whilst's exported loops carry every boolean as int32 (whilst/ir/_while_lowering.py
 BOOL_STORAGE); with `BOOL_STORAGE = numpy.bool_` the LSTM rows of
@@ -23,7 +12,7 @@ This script compiles the comparison below for llvm-cpu and vulkan-spirv and,
 where a Vulkan device exists, prints both drivers' results (on the H100:
 `[True, False, True]` and `[False, False, False]`):
 
-    python bench/iree_limits/carried_booleans.py
+    python iree_limits/carried_booleans.py
 """
 import numpy as np
 from iree import runtime as rt

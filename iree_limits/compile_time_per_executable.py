@@ -1,10 +1,7 @@
 """IREE 3.13 (llvm-cpu): iree-compile's time grows by about 35 ms of CPU per
 `hal.executable` (dispatch kernel) in the module, above a floor of 0.4-0.6 s
-for a one-dispatch module, whatever each kernel holds. On the 2-core
-development machine (2026-11-24, CPU seconds, medians of 3):
-
-    executables   1     8     16    32    64
-    CPU s         0.55  0.75  1.04  1.63  2.75
+for a one-dispatch module, whatever each kernel holds (the times measured, and
+what they make of the samples' compiles: README.md).
 
 Each executable runs its own configuration and code-generation pipeline, built
 per executable, so every pattern-based pass in it (canonicalizers, ...)
@@ -18,16 +15,10 @@ unrolling / vectorization off, `--iree-llvmcpu-mlir-opt-level=O0`,
 `host`; `--iree-hal-link-executables=false` is 4x slower; threads do not help
 on 2 busy cores).
 
-So the samples' compiles are set by how many executables they need: CG 28,
-LSTM 48, Newton 59, ODE fit 76 (bench/compile_time.py), i.e. about 1.6, 2.6,
-4.3 and 3.4 s of CPU. `whilst`'s loop bodies over a few numbers need one
-dispatch per scalar that several ops read (README, "Speed"), which is also
-what makes them slow to run.
-
 The module below is a chain of N steps `x <- x * sum(x) + c_k` on f32[64]:
 with IREE's default fusion each step is one executable.
 
-    python bench/iree_limits/compile_time_per_executable.py [N ...]
+    python iree_limits/compile_time_per_executable.py [N ...]
 """
 import resource
 import statistics

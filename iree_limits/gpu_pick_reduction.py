@@ -9,8 +9,8 @@ k = 32 as at 64. Unrolled 4, 8 or 16 times, both forms are right for every n, an
 lone one-hot sum over 65 x 64 values is right too. So whilst's GPU exports unroll at
 most 16 steps (`whilst.ir._unroll.MAX_GPU_UNROLL`).
 
-    python bench/iree_limits/gpu_pick_reduction.py prepare DIR   # with iree-base-compiler
-    python bench/iree_limits/gpu_pick_reduction.py run DIR [DRIVER ...]   # on the GPU
+    python iree_limits/gpu_pick_reduction.py prepare DIR   # with iree-base-compiler
+    python iree_limits/gpu_pick_reduction.py run DIR [DRIVER ...]   # on the GPU
 
 `run` prints, for each driver (default cuda and local-sync), the largest difference
 from numpy's loop of each module at several n. Where the k = 64 modules are right

@@ -1,6 +1,6 @@
 """Reproducers of IREE 3.13 limitations met by whilst programs (llvm-cpu).
 
-    python bench/iree_limits/reproduce.py [NAME ...]
+    python iree_limits/reproduce.py [NAME ...]
 
 Each entry exports a small program with whilst, prepares it as `whilst.compile`
 does, and runs iree-compile with the default and with aggressive fusion (the
@@ -40,7 +40,7 @@ def recording_cg(n):
     """`(loss, A, b)`: conjugate gradient (as in samples/cg.py) that records `rr / bb`
     per step at a computed position (`h.at[k + 1].set(...)`), for at most 4 n steps;
     `loss(A, b, loop=whilst.while_loop)` is 0.5 |x|^2 of the x it reaches with its
-    loop run by `loop` (tests/test_iree.py passes the Python loop as the oracle), and
+    loop run by `loop` (tests/iree/test_iree.py passes the Python loop as the oracle), and
     A, b are a random symmetric positive definite system of size n."""
     def loss(A, b, loop=whilst.while_loop):
         bb = b @ b
@@ -86,7 +86,7 @@ def aggressive_fusion_dominance():
     FormDispatchRegionsPass fails ("operand #1 does not dominate this use"): it
     places an op that reads the steps' AND-reduced test before that `reduce`. The
     default fusion compiles it, and `whilst.compile` falls back to it (13
-    programs of tests/test_iree_corpus.py fail so). Before the unpredicated form,
+    programs of tests/iree/test_iree_corpus.py fail so). Before the unpredicated form,
     the README's fixed-point loop (x <- tanh(W x) until it stops moving) failed
     the same way on the 0-d chain of its steps' predicate selects; the corpus's
     copy of it (readme_fixed_point_forward) now compiles with aggressive fusion."""

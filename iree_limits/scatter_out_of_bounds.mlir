@@ -3,7 +3,7 @@
 // is "drop", relying on that). Index 8, 9 or 12 is skipped, but -1 or 100000000
 // crashes iree-run-module (exit 245, SIGSEGV), and in a Python process it corrupts the
 // heap ("corrupted size vs. prev_size"). whilst makes every dropping scatter it
-// exports write in bounds (whilst/ir/_scatter_bounds.py).
+// exports write in bounds (whilst/ir/_index_bounds.py).
 //   iree-compile --iree-hal-target-device=local \
 //     --iree-hal-local-target-device-backends=llvm-cpu scatter_out_of_bounds.mlir -o s.vmfb
 //   iree-run-module --module=s.vmfb --device=local-sync --function=main \

@@ -14,7 +14,7 @@ of a vmapped gradient over a symbolic batch; whilst emits the accepted forms,
     (what JAX emits for `stack[i]`): REJECTED (`dynamic_reshape` illegal).
   * read, a gather of `b` single elements at `(i, iota)`: ACCEPTED.
 
-    python bench/iree_limits/symbolic_rows.py
+    python iree_limits/symbolic_rows.py
 """
 from iree.compiler import tools
 

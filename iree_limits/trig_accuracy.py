@@ -3,14 +3,11 @@ more so the larger the argument (its range reduction), and returns huge values o
 inf for huge arguments. whilst does not rewrite these: Cephes' sinf/cosf written
 in lax ops (reduction by pi/4 in three parts, polynomials on [-pi/4, pi/4]) were
 within 8e-8 of the exact values up to |x| = 1e6, and cut the dispatches of the
-unrolled sin benchmark loop from 45 to 5 per iteration, but ran it 3-4x slower
-(23.6 -> 68-93 ms for 10k steps; jax.grad of 4k steps 21 -> 95-178 ms), so they
-were dropped. This prints the errors against float64 numpy:
+unrolled sin benchmark loop from 45 to 5 per iteration, but ran it 3-4x slower, so
+they were dropped (the times and errors measured: README.md). This prints the
+errors against float64 numpy:
 
-    python bench/iree_limits/trig_accuracy.py
-
-Measured 2026-11-24: |x| <= 10: max abs error 3.8e-7 (XLA 3.2e-8); |x| <= 200:
-5.6e-6, relative error up to 4e-3 near the zeros; sin(1e30) = inf (XLA 0.79).
+    python iree_limits/trig_accuracy.py
 """
 import jax.numpy as jnp
 import numpy as np

@@ -8,7 +8,7 @@
 // (then it emits a guarded do-while, which converts). Here ops before the loop
 // produce every tensor type the body does, so CSE leaves nothing to hoist; in whilst
 // this happened to jax.vmap(jax.grad(...)) of a loop past its gradient_memory with 3
-// tail checkpoints of a length-3 carry (tests/test_iree_corpus.py budget_vmap_of_grad).
+// tail checkpoints of a length-3 carry (tests/iree/test_iree_corpus.py budget_vmap_of_grad).
 // Returning `stablehlo.and %p2, %p` instead of `%p2` compiles and runs correctly.
 // iree-compile unread_loop_predicate.mlir --iree-input-type=stablehlo \
 //   --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu

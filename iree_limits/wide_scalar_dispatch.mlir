@@ -4,7 +4,7 @@
 // dispatch of more than 32 bindings, and iree-compile does not refuse it. whilst now
 // refuses it at compile time: `compile_module` reads each dispatch's bindings and
 // raises CompileError past the runtime's limit (whilst/lowering/_iree_bindings.py;
-// tests/test_iree_bindings.py runs this file both ways). Here
+// tests/iree/test_iree_bindings.py runs this file both ways). Here
 // `while i < n: i += 1; x += 1.0` is emitted as 16 unpredicated steps per loop
 // iteration, then the last (up to 15) steps run predicated after the loop. IREE
 // fuses that chain of predicated counter steps into one dispatch with a result per

@@ -130,17 +130,17 @@ UNROLL_ATTR = "whilst.unroll"
 # Predicated steps after the loop are fenced off in groups of at most this many
 # carries (steps times carries): IREE 3.13 fuses a longer chain into one dispatch
 # with a result per step and carry, past the 32 bindings its runtime accepts
-# (bench/iree_limits/wide_scalar_dispatch.mlir).
+# (iree_limits/wide_scalar_dispatch.mlir).
 EPILOGUE_GROUP_CARRIES = 16
 # Exports for Vulkan carry the booleans of their loops (the loop test, boolean
 # carries, residual stacks of booleans) as int32 0 or 1: with loop-carried i1
 # tensors the SPIR-V code of IREE 3.13 reads wrong values (loops stopped after 0-2
 # steps whatever their data; the LSTM sample's boolean residuals came back wrong),
-# and int8 storage fails too (bench/iree_limits/carried_booleans.py). Other
+# and int8 storage fails too (iree_limits/carried_booleans.py). Other
 # exports keep i1, the form all other targets were tested with: when every export
 # carried an int32 loop test (commit 1c4c2ff), IREE 3.13's llvm-cpu module of a
 # gradient of a gradient through a loop past its memory budget failed at run time
-# ("indirect buffer reference slot 0 is out range"; tests/test_iree.py
+# ("indirect buffer reference slot 0 is out range"; tests/iree/test_iree.py
 # test_grad_of_grad_of_a_loop_without_bound_runs). The final code's int32 storage
 # runs that program right; what set the failure off was not pinned down. Stacks
 # of booleans take 4 bytes per element in Vulkan exports; `gradient_memory`
@@ -268,7 +268,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
         Within the loop of a loop with a test of its own, IREE 3.13 keeps `i` on the
         device: its rows are scattered (`_write_rows`; not rows of unsigned
         integers, whose scatters iree-compile 3.13 fails on,
-        `bench/iree_limits/unsigned_scatter.mlir`)."""
+        `iree_limits/unsigned_scatter.mlir`)."""
         at = hlo.add(i, const(row_offset))
         out = []
         for st, a, rs in zip(stacks, stack_avals, pushed):
@@ -355,7 +355,7 @@ def _functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
             # on the loop ("'scf.while' op ... region branch point has 6 operands,
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
-            # (bench/iree_limits/unread_loop_predicate.mlir).
+            # (iree_limits/unread_loop_predicate.mlir).
             carried, = _from_storage(ctx, body_block.arguments[1:2], [pred_aval], storage)
             pred = hlo.and_(go_on, carried)
             if k > 1:
@@ -419,7 +419,7 @@ def _last_steps(cond_jaxpr, cond_nconsts, k, strides) -> ClosedJaxpr:
         s = jnp.arange(k, dtype=np.int32)
         # Fenced: with aggressive fusion, iree-compile 3.13 fuses the reduction into
         # one of its users and fails on the others ("operand #0 does not dominate
-        # this use", bench/iree_limits/reproduce.py aggressive_fusion_dominance).
+        # this use", iree_limits/reproduce.py aggressive_fusion_dominance).
         steps = lax.optimization_barrier(jnp.min(jnp.where(passes, np.int32(k), s)))
         per_step = [flat[s * ncarry:(s + 1) * ncarry] for s in range(k + 1)]
         return [steps, *(_pick_step(column, steps, d)
@@ -558,7 +558,7 @@ def _write_rows(ctx, stack, stack_aval, rows, at, guard=None, scatter=False):
     (`_device_indexing.scatter_rows`): IREE 3.13 runs it as a dispatch that reads
     `at` on the device, where it turns a `dynamic_update_slice` (or a scatter of
     one window) into a copy at an offset read back to the host, one readback per
-    emitted iteration (tests/test_unroll.py counts them)."""
+    emitted iteration (tests/ir/test_unroll.py counts them)."""
     row_aval = stack_aval.update(shape=stack_aval.shape[1:])
     if has_symbolic_rows(stack_aval.shape):
         if guard is not None:
@@ -645,7 +645,7 @@ def _read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
     from scratch every step). The barrier must not hold a constant: IREE 3.13
     packs the loop's constant initial values into one allocation, and a barrier
     on one of them inside the loop makes it bind one buffer to several loop
-    results, a module that fails on every call (bench/iree_limits/
+    results, a module that fails on every call (iree_limits/
     barrier_on_constant_init.mlir)."""
     _, used = pe.dce_jaxpr(body_jaxpr.jaxpr, [True] * len(body_jaxpr.out_avals))
     unread = [not u for u in used[n_inputs_before_counter + 1:]]
