@@ -75,7 +75,7 @@ def test_a_data_dependent_loop_reads_its_test_back_once_per_emitted_iteration():
 @pytest.mark.parametrize("unroll", [None, 64])
 def test_gpu_exports_unroll_at_most_16_steps_with_the_same_results(unroll):
     """IREE 3.13's cuda code of the sin loop unrolled 32 or 64 times is wrong
-    (bench/iree_limits/gpu_pick_reduction.py), so GPU exports run at most 16 steps
+    (iree_limits/gpu_pick_reduction.py), so GPU exports run at most 16 steps
     per emitted iteration, an explicit `unroll=` included (the CPU export keeps
     64); the module compiled for the CPU and cuda gives the Python loop's result
     before, at and after one full iteration."""

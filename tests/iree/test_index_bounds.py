@@ -1,6 +1,6 @@
 """Gathers and scatters at out-of-bounds indices give JAX's (XLA's) results on IREE
 (whilst/ir/_index_bounds.py): IREE 3.13 reads past a gather's operand and writes
-past a dropping scatter's (bench/iree_limits/scatter_out_of_bounds.mlir)."""
+past a dropping scatter's (iree_limits/scatter_out_of_bounds.mlir)."""
 import jax
 import jax.numpy as jnp
 import numpy as np

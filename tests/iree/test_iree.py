@@ -240,7 +240,7 @@ def relu_chain_loss(x, n):
 
 
 def test_vulkan_exports_carry_no_booleans_in_loops():
-    # IREE 3.13's Vulkan code reads loop-carried i1 tensors wrongly (bench/iree_limits/
+    # IREE 3.13's Vulkan code reads loop-carried i1 tensors wrongly (iree_limits/
     # carried_booleans.py), so exports for Vulkan carry booleans as int32; the
     # modules compute the same on the CPU.
     from iree.compiler import ir
@@ -369,7 +369,7 @@ def test_preparation_keeps_large_selects_and_concatenates():
 
 
 def test_results_computed_from_constants_alone():
-    """A table returned beside a loop's result (bench/iree_limits/computed_constant_result.mlir
+    """A table returned beside a loop's result (iree_limits/computed_constant_result.mlir
     failed to compile before preparation copied such results), a reduction of
     constants, and the counter of a loop of constant trip count whose other carry
     reads an argument (IREE evaluates that counter at compile time)."""
@@ -463,7 +463,7 @@ def test_unrolled_steps_fuse_across_steps():
 def test_gradient_reading_recorded_elements_after_dot_products():
     """The gradient While reads `h_bar[k + 1]` (a one-element gather) and adds it to
     a dot product of the same step: with aggressive fusion, IREE put both into one
-    dispatch its codegen failed on (bench/iree_limits/reproduce.py
+    dispatch its codegen failed on (iree_limits/reproduce.py
     point_gather_after_dot). Preparation fences such elements off their users with
     an optimization barrier; the module compiles with aggressive fusion, reads
     nothing back in its gradient While (a dynamic_slice, the form before, read

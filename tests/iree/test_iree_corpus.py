@@ -528,9 +528,9 @@ CHECKPOINT = [
 GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 
 # Programs iree-compile 3.13 rejects with aggressive fusion ("operand #N does not
-# dominate this use"; bench/iree_limits/reproduce.py aggressive_fusion_dominance;
+# dominate this use"; iree_limits/reproduce.py aggressive_fusion_dominance;
 # checkpoint_jvp_and_grad_of_grad: "failed to solve for timepoint coverage",
-# bench/iree_limits/branches_in_loop.py): whilst.compile falls back to the default
+# iree_limits/branches_in_loop.py): whilst.compile falls back to the default
 # fusion for them. They are compiled in modules of their own, so the others run
 # with aggressive fusion.
 WITHOUT_AGGRESSIVE_FUSION = {
@@ -579,7 +579,7 @@ def test_runs_on_iree_like_the_oracle(modules, group, case):
 def test_refused():
     """A program IREE 3.13 cannot compile never becomes a module: whilst.compile
     raises whilst.CompileError with IREE's diagnostics. Here a loop body scatters
-    2 x 2 windows (bench/iree_limits/reproduce.py wide_window_scatter)."""
+    2 x 2 windows (iree_limits/reproduce.py wide_window_scatter)."""
     dims = lax.ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(),
                                       scatter_dims_to_operand_dims=(0, 1))
 
