@@ -1,8 +1,8 @@
 """Test-wide settings: the compile cache lives in a temporary directory (never the
 user's ~/.cache), shared by the tests of one session and their subprocesses.
 
-Tests that compile with IREE are marked `iree` (a file's `pytestmark`, or the test's
-own decorator in the files of the JAX side), the longest ones `slow`, so that
+Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
+them do, else the test's own decorator), the longest ones `slow`, so that
 `pytest -m "not iree"` checks the JAX side in a few minutes. The oracles the tests
 share are in helpers.py."""
 import os
