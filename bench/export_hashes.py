@@ -1,7 +1,7 @@
 """Hashes of what whilst exports for a fixed set of programs, so that a change meant to
 keep behaviour (a restructuring) can show its modules are byte-identical.
 
-Programs: the IREE conformance corpus (`tests/test_iree_corpus.py`), the bench programs
+Programs: the IREE conformance corpus (`tests/iree/test_iree_corpus.py`), the bench programs
 and the samples (`bench/gpu_check.py`'s quick set). For each program and each target
 (llvm-cpu, vulkan-spirv, cuda): the sha256 of the StableHLO text `whilst.export` makes and
 of the module text `whilst.compile` hands to iree-compile, both without source locations
@@ -23,7 +23,8 @@ TARGETS = ("llvm-cpu", "vulkan-spirv", "cuda")
 
 def programs() -> dict:
     """name -> (fn, args): every program hashed."""
-    sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests")]
+    tests = os.path.join(HERE, "..", "tests")
+    sys.path[:0] = [HERE, tests, os.path.join(tests, "iree")]  # the corpus imports helpers
     import gpu_check
     import test_iree_corpus
 

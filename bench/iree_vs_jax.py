@@ -227,7 +227,7 @@ def floor_program(p: Program, trips, unroll, want) -> dict:
     `whilst.compile` does, checked against JAX's results: {"call", "unroll" (per
     loop), "per_iteration", "affinity"}, or {"error"} where iree-compile fails on it
     or its results differ from JAX's. Where they differ only with the entry's
-    `stream.affinity` (bench/iree_limits/affinity_scan_gradient.py), the floor is
+    `stream.affinity` (iree_limits/affinity_scan_gradient.py), the floor is
     the module without it ("affinity": False), which copies loop-carried buffers."""
     twin = fixed_length(p.fn, trips, unroll)
     prepared = prepare_stage([whilst.export(twin, *p.args)], ("llvm-cpu",))

@@ -118,7 +118,7 @@ def threefry_rounds_unrolled():
     a loop's steps from the host, and iree-compile fails ("failed to solve for
     timepoint coverage") on that loop in loop bodies nested two deep, where the
     chunked reverse mode (`whilst.ir.reverse._budget`) puts a random loop body
-    (tests/test_prng_keys.py)."""
+    (tests/ir/test_prng_keys.py)."""
     # Without its CPU rule, jax uses threefry2x32's default one: unrolled rounds.
     saved = _platform_specific_lowerings["cpu"].pop(_threefry2x32.threefry2x32_p, None)
     try:

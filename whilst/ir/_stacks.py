@@ -87,7 +87,7 @@ def pushed_rows(static_bound: int, unroll: int, pad: int) -> int:
     """Stack rows for pushes of up to `static_bound` steps, `unroll` rows written per
     emitted iteration (the last chunk may run past the bound), after `pad` rows, and
     more rows than one chunk: iree-compile 3.13 crashes on a loop whose every
-    iteration writes its whole stack (`bench/iree_limits/whole_stack_chunk.mlir`)."""
+    iteration writes its whole stack (`iree_limits/whole_stack_chunk.mlir`)."""
     return max(pad + -(-max(static_bound, 1) // unroll) * unroll, unroll + 1)
 
 

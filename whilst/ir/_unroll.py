@@ -23,7 +23,7 @@ MAX_UNROLL = 64
 # Exports for a GPU unroll at most this many steps, `unroll=` included: IREE 3.13's
 # cuda code of the sin loop unrolled 32 or 64 times gives wrong results (64: for
 # every n; 32: where it ends before its first full iteration), 8 and 16 are right
-# (bench/iree_limits/gpu_pick_reduction.py, H100).
+# (iree_limits/gpu_pick_reduction.py, H100).
 MAX_GPU_UNROLL = 16
 # Scans in exported bodies unroll less: the Newton sample's jacrev (64-step scans)
 # ran in 7.9 / 2.9 / 2.6 / 2.8 ms with scan steps unrolled 1 / 8 / 16 / 64 times,

@@ -141,8 +141,8 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
 # IREE 3.13 forms one dispatch per scalar value that several ops read; with this flag
 # it fuses across such values (bench/fusion_ab.py: loops 1.08-1.88x faster on llvm-cpu),
 # but iree-compile fails on some programs with it ("operand #N does not dominate this
-# use", bench/iree_limits/reproduce.py aggressive_fusion_dominance; 13 of the 61
-# programs of tests/test_iree_corpus.py), so whilst falls back to the default fusion
+# use", iree_limits/reproduce.py aggressive_fusion_dominance; 13 of the 61
+# programs of tests/iree/test_iree_corpus.py), so whilst falls back to the default fusion
 # then (`compile_module`).
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 
@@ -204,7 +204,7 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
 
 
 # iree-compile 3.13's diagnostic for loop bodies with too many loops and host branches
-# nested in them (bench/iree_limits/branches_in_loop.py), and what a user can do.
+# nested in them (iree_limits/branches_in_loop.py), and what a user can do.
 TIMEPOINT_COVERAGE = "failed to solve for timepoint coverage"
 NESTED_LOOPS_HINT = (
     "\nIREE 3.13 fails this way on loops nested deep in loop bodies, as in a gradient of a "

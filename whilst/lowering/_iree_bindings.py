@@ -1,6 +1,6 @@
 """The buffer bindings of each dispatch iree-compile makes, against the number the
 IREE runtime accepts: a dispatch over it compiles, but its module cannot run
-(bench/iree_limits/wide_scalar_dispatch.mlir). The counts are read with IREE's
+(iree_limits/wide_scalar_dispatch.mlir). The counts are read with IREE's
 MLIR Python bindings from the module at iree-compile's `executable-sources`
 phase, where every dispatch is a `hal.executable` with its bindings laid out.
 """

@@ -21,7 +21,7 @@ dimensions IREE does not identify with the argument's.
 
 `known_broadcast_dims` tells IREE which dimensions of each
 `dynamic_broadcast_in_dim` expand, without which it rejects rank-raising ones.
-(Without these, `tests/test_iree_symbolic.py`'s loops fail in iree-compile.)
+(Without these, `tests/iree/test_iree_symbolic.py`'s loops fail in iree-compile.)
 """
 from __future__ import annotations
 

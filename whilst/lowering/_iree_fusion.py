@@ -28,7 +28,7 @@ what the gradient of `history.at[k].set(v)` reads) becomes, in IREE 3.13, a
 `tensor.extract` inside an elementwise op; fused with a reduction (a dot
 product in the same loop step, as aggressive fusion does in the gradient of
 samples/cg.py), llvm-cpu codegen of that dispatch fails ("'arith.select' op
-failed to verify", `bench/iree_limits/reproduce.py point_gather_after_dot`).
+failed to verify", `iree_limits/reproduce.py point_gather_after_dot`).
 `fenced_point_gathers` passes each such element through an optimization
 barrier, which keeps the gather out of its users' dispatches::
 
@@ -141,7 +141,7 @@ def _is_shape(value) -> bool:
     3.13 computes a shape built by `concatenate` on the host, but one built by
     selects on the device, and then fails ("'stream.async.dispatch' op : streamable
     op expected to be in an execution region"; met by the checkpoint slots `[K, b]`
-    of an unbounded loop's gradient over a symbolic batch, tests/test_iree_symbolic.py;
+    of an unbounded loop's gradient over a symbolic batch, tests/iree/test_iree_symbolic.py;
     a shape built by selects before a plain loop compiles, so no smaller reproducer)."""
     uses = list(value.uses)
     return bool(uses) and all(use.operand_number in SHAPE_OPERANDS.get(use.owner.name, ())

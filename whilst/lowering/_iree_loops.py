@@ -13,12 +13,12 @@ the loop's initial carries, and a function that returns such a value fails on
 every call ("ref is null ... hal.buffer_view.create"; e.g. `jax.value_and_grad`
 with two `argnums` returns the loss, computed before the gradient While).
 `results_after_loops` returns each such value through a copy made after the
-loops (`bench/iree_limits/result_packed_with_loop_init.mlir`).
+loops (`iree_limits/result_packed_with_loop_init.mlir`).
 
 A public function (with the `stream.affinity` whilst gives it) that returns a
 value computed from constants alone, such as `jnp.linspace(0, 1, 5)`, fails to
 compile ("failed to legalize unresolved target materialization ... stream.async.cast",
-`bench/iree_limits/computed_constant_result.mlir`); `constant_results_copied`
+`iree_limits/computed_constant_result.mlir`); `constant_results_copied`
 returns each such value through the same kind of copy. IREE also evaluates a
 loop's counter at compile time when the loop's trip count is constant, whatever
 its other carries read (corpus `maximum_iterations_cuts`), so such counters

@@ -5,7 +5,7 @@
 of `_checkpoint.py` under `jax.vmap(jax.grad(...))`) is a scatter whose operand
 and indices share a batch dimension (`operand_batching_dims`). iree-compile 3.13
 rejects it ("'iree_linalg_ext.scatter' op expected indices to be equal to batch
-rank or batch rank + 1"; `bench/iree_limits/batched_scatter.mlir`).
+rank or batch rank + 1"; `iree_limits/batched_scatter.mlir`).
 `explicit_batch_indices` rewrites each such scatter into the same scatter with
 the batch position as one more index column, which IREE compiles::
 

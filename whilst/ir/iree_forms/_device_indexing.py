@@ -18,7 +18,7 @@ with `clip(i) = clip(i, 0, len(x) - m)`, as both ops clip their position. A read
 of one element of a vector is a gather of one element, which
 `whilst.lowering._iree_fusion` fences off its users. Arrays of unsigned
 integers keep the slices (PRNG key data, as checkpoints keep it): iree-compile
-3.13 fails on their scatters (`bench/iree_limits/unsigned_scatter.mlir`).
+3.13 fails on their scatters (`iree_limits/unsigned_scatter.mlir`).
 
 Only loop bodies that run one step per iteration get these forms
 (`exported_loop_forms`; unrolled bodies index small arrays by one-hot

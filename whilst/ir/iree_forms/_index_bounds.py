@@ -6,7 +6,7 @@ XLA clamps, and
 `x.at[idx].set/add/...` a scatter with mode `drop`, whose out-of-bounds update
 windows XLA skips (the whole window when any part of it is outside). IREE 3.13
 does neither: a gather reads past the operand, and a scatter at index -1 or
-10**8 crashes or corrupts the heap (`bench/iree_limits/scatter_out_of_bounds.mlir`).
+10**8 crashes or corrupts the heap (`iree_limits/scatter_out_of_bounds.mlir`).
 `in_bounds_indexing(jaxpr)` makes every such op index in bounds::
 
     gather(x, idx, mode=promise_in_bounds or clip)  ->  gather(x, clip(idx), ...)

@@ -8,7 +8,7 @@ Differentiating that While again multiplies them, and iree-compile 3.13 fails
 on a loop body with that many host branches over that many carries ("failed to
 solve for timepoint coverage": the fixed-point solver of its
 `iree-stream-elide-timepoints` pass stops after 32 iterations;
-`bench/iree_limits/branches_in_loop.py`). So before a gradient While is
+`iree_limits/branches_in_loop.py`). So before a gradient While is
 linearized, the conds made by `schedule_branch` become::
 
     branches[index](*operands)

@@ -6,7 +6,7 @@ become `dynamic_slice`, `gather` and `dynamic_update_slice` ops whose windows
 span the symbolic dimension. JAX lowers them to `real_dynamic_slice`,
 `dynamic_gather` (or `dynamic_reshape`) and a `dynamic_update_slice` of dynamic
 shape, which iree-compile 3.13 rejects ("explicitly marked illegal";
-`bench/iree_limits/symbolic_rows.py`). The forms here have windows of static
+`iree_limits/symbolic_rows.py`). The forms here have windows of static
 size only: each symbolic dimension a window spans whole is indexed by an iota::
 
     x[i, :]   (x: f32[n, b])  ==  gather(x, stack([full(b, i), arange(b)], -1))

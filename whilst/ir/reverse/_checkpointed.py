@@ -272,7 +272,7 @@ def with_level(steps, h, step, K):
     when all are held). Portably an elementwise write rather than a
     dynamic_update_slice: IREE 3.13 turns a loop with a data-dependent trip count
     into the guarded do-while its stream conversion needs
-    (tests/test_iree_corpus.py::checkpoint_float_cond) only once it finds code to
+    (tests/iree/test_iree_corpus.py::checkpoint_float_cond) only once it finds code to
     hoist out of the body, such as the destination tensor of an elementwise op.
     XLA:CPU writes the one entry."""
     (steps,) = xla_cpu_choice(

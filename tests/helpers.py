@@ -1,0 +1,50 @@
+"""What the tests of several folders share: the repository's root, and oracles that do
+not use whilst (the loop in plain Python, which `jax.grad` differentiates as
+straight-line code)."""
+import pathlib
+
+import jax.numpy as jnp
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def unrolled(cond, body, loop_vars, maximum_iterations=None):
+    """The loop in plain Python. numpy values give a numpy oracle, JAX values one that
+    `jax.grad` differentiates as straight-line code (no whilst involved)."""
+    i = 0
+    while (maximum_iterations is None or i < maximum_iterations) and bool(cond(*loop_vars)):
+        loop_vars = body(*loop_vars)
+        loop_vars = list(loop_vars) if isinstance(loop_vars, (list, tuple)) else [loop_vars]
+        i += 1
+    return loop_vars
+
+
+def nested_sin_oracle(x, outer, a=1.0):
+    """The nested loops of the nested-gradient tests, unrolled in plain Python: step
+    i of the outer loop runs i + 1 inner steps `y = sin(y) * a + x`."""
+    for i in range(outer):
+        y = x
+        for _ in range(i + 1):
+            y = jnp.sin(y) * a + x
+        x = y * 0.9
+    return x
+
+
+def per_example_sin_oracle(x, n):
+    """n steps of `x = sin(x) * 1.5 + 0.1` in plain Python: the oracle of the loops
+    vmapped with a trip count per example."""
+    for _ in range(n):
+        x = jnp.sin(x) * 1.5 + 0.1
+    return x
+
+
+def tanh_step(w, i, x):
+    """Step i of the checkpointed loops' body (i an int32 array)."""
+    return jnp.tanh(w * x + 0.05 * i.astype(jnp.float32)) * 1.2
+
+
+def tanh_loss_oracle(x, w, n):
+    """sum(x ** 2) after n steps `x = tanh_step(w, i, x)`, in plain Python."""
+    for i in range(int(n)):
+        x = tanh_step(w, jnp.int32(i), x)
+    return jnp.sum(x ** 2)

@@ -1,0 +1,240 @@
+"""Reverse mode with no extra argument: a loop with or without a bound is
+differentiable, storing steps while they fit `gradient_memory` and recomputing
+the later ones from checkpoints. Oracles: jax.grad of the loop unrolled in Python."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+from helpers import nested_sin_oracle, unrolled
+from whilst.ir import iter_loops
+from whilst.ir._xla_cpu_choice import portable_forms
+from whilst.lowering import compile_to_stream, loop_counts, prepare
+
+X = jnp.linspace(0.1, 1.0, 4)
+W = jnp.float32(1.3)
+
+
+def step(w, i, x):
+    return i + 1, x + 0.01 * jnp.sin(w * x) + 0.001 * i
+
+
+def loss(x, w, n, **options):
+    _, x = whilst.while_loop(lambda i, x: i < n, functools.partial(step, w), [0, x],
+                             **options)
+    return jnp.sum(x ** 2)
+
+
+def oracle(x, w, n):
+    _, x = unrolled(lambda i, x: i < n, functools.partial(step, w), [0, x])
+    return jnp.sum(x ** 2)
+
+
+def policy(**options):
+    """`(stored_steps, checkpoints)` of the loops `jax.grad(loss, (0, 1))` emits: the
+    steps whose rows are stored together (the bound of the forward While that
+    pushes rows, or of the chunk loop in the checkpointed one; None if none) and
+    the checkpoints of the checkpointed forward While (None if none)."""
+    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
+    top = [e for e in jax.make_jaxpr(grad)(X, W).jaxpr.eqns
+           if e.primitive.name == "functional_while" and e.params["role"] == "forward"]
+    stored = [e.params["static_bound"] for e in top if e.params["accumulators"]]
+    chunks = [loop.params["static_bound"] for e in top
+              for loop in iter_loops(e.params["body_jaxpr"].jaxpr)]
+    ckpt = [_checkpoints(e) for e in top if _checkpoints(e)]
+    return (stored or chunks or [None])[0], (ckpt or [None])[0]
+
+
+@functools.lru_cache(maxsize=None)
+def whilst_grad(**options):
+    """jax.grad of `loss` compiled once per options (the trip count n is data)."""
+    return jax.jit(jax.grad(functools.partial(loss, **options), (0, 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_grad(n):
+    return jax.grad(oracle, (0, 1))(X, W, n)
+
+
+def check_grad(options, n):
+    got = whilst_grad(**options)(X, W, n)
+    want = oracle_grad(n)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 100, 5000])
+def test_unbounded_loop_differentiates_with_no_extra_argument(n):
+    check_grad({}, n)
+
+
+def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them():
+    stored, checkpoints = policy()
+    rows = whilst.residual_report(functools.partial(loss, n=7, maximum_iterations=1), X, W,
+                                  argnums=(0, 1))
+    row_bytes = rows.loops[0].bytes_per_iteration
+    assert row_bytes == 32
+    assert whilst.ir.DEFAULT_GRADIENT_MEMORY == 1 << 20
+    assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
+    assert checkpoints == 64
+    # The report counts a chunk's rows, which the budget's Whiles carry.
+    (chunk,) = whilst.residual_report(functools.partial(loss, n=7), X, W,
+                                      argnums=(0, 1)).loops
+    assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, row_bytes)
+
+
+@pytest.mark.parametrize("options, want_policy", [
+    (dict(maximum_iterations=40), (40, None)),                 # fits: every step stored
+    (dict(maximum_iterations=40, gradient_memory=0), (None, 2)),  # checkpoints only
+    (dict(gradient_memory=0), (None, 2)),
+    (dict(gradient_memory=60), (None, 2)),                     # 1 row: not worth chunks
+    (dict(gradient_memory=136), (3, 2)),                       # chunks of 3 steps
+    (dict(maximum_iterations=40, gradient_memory=136), (3, 2)),
+    (dict(maximum_iterations=40, gradient_memory=1000), (23, 12)),
+])
+def test_budgets_force_each_policy_and_the_switch_mid_loop(options, want_policy):
+    # Rows of this loop are 2 f32[4] (32 bytes), its carry 20 bytes: K >= 2 copies
+    # take at most a quarter of the budget (or 2 copies), the rows the rest.
+    assert policy(**options) == want_policy
+    for n in [0, 1, 2, 3, 4, 22, 23, 24, 40]:
+        check_grad(options, n)
+
+
+def test_checkpoints_and_maximum_iterations_keep_their_meaning():
+    assert policy(checkpoints=3, maximum_iterations=50) == (None, 3)
+    assert policy(maximum_iterations=50) == (50, None)
+
+
+def test_cost_is_flat_in_maximum_iterations():
+    # Past the budget, the stored rows stop growing with the bound.
+    stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 16, 1 << 30]]
+    assert stored[0] == 256 and stored[1] == stored[2] < 1 << 16
+
+
+def _checkpoints(eqn):
+    """K of a loop whose gradient policy is `Checkpointed(K)`, else None."""
+    return getattr(eqn.params["gradient"], "checkpoints", None)
+
+
+def _loop_kinds(jaxpr):
+    """`(role, checkpoints, pushes, pops)` of each loop at the top of `jaxpr` (a
+    chunk's steps write their rows into stacks they carry: no pushes)."""
+    return [(e.params["role"], _checkpoints(e), e.params["accumulators"],
+             e.params["pops"]) for e in jaxpr.eqns if e.primitive.name == "functional_while"]
+
+
+def _primitives(jaxpr):
+    """The names of the primitives in `jaxpr` and its sub-jaxprs."""
+    for e in jaxpr.eqns:
+        yield e.primitive.name
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
+            yield from _primitives(sub)
+
+
+def test_one_forward_and_one_gradient_while_over_chunks():
+    """The forward While runs chunks of stored steps (3 here) and keeps K = 2
+    checkpoints; the last chunk's stored gradient runs first, then one gradient
+    While reverses the other chunks with no branch (no `stablehlo.case` on IREE):
+    its body runs a chunk's steps writing their rows, and their stored gradient.
+    The constants' cotangents go through the loops in one accumulator each (no
+    sum after them; jax.grad with respect to w only). The gradient While's start
+    (a sort of the slots) runs only where the loop ran past its first chunk."""
+    grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
+    jaxpr = portable_forms(jax.make_jaxpr(grad)(W)).jaxpr
+    (guard,) = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
+    no_start, start = (set(_primitives(b.jaxpr)) for b in guard.params["branches"])
+    assert "sort" in start and "sort" not in no_start
+    forward, _, chunks = [e for e in jaxpr.eqns if e.primitive.name == "functional_while"]
+    assert _loop_kinds(jaxpr) == [("forward", 2, 0, 0), ("gradient", None, 0, 1),
+                                  ("gradient", 2, 0, 0)]
+    assert _loop_kinds(forward.params["body_jaxpr"].jaxpr) == [("forward", None, 0, 0)]
+    body = chunks.params["body_jaxpr"].jaxpr
+    assert _loop_kinds(body) == [("forward", None, 0, 0), ("gradient", None, 0, 1)]
+    assert not {"cond", "switch"} & set(_primitives(body))
+    assert "add_any" not in [e.primitive.name for e in jaxpr.eqns]
+
+
+def test_jit_vmap_per_example_trip_counts_and_switch():
+    ns = jnp.array([0, 2, 5, 30])
+    xs = jnp.stack([X, X * 0.5, X + 0.3, -X])
+    options = dict(gradient_memory=136)
+    got = jax.jit(jax.vmap(jax.grad(lambda x, n: loss(x, W, n, **options))))(xs, ns)
+    want = [jax.grad(oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
+    np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
+    got = jax.grad(lambda xs: jax.vmap(lambda x, n: loss(x, W, n, **options))(xs, ns).sum())(xs)
+    np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.iree
+def test_chunk_loops_write_their_rows_at_the_counter_on_iree():
+    """A chunk's loops (the forward's, and the gradient's recomputation) are counted:
+    IREE keeps their counter on the host, so their row writes stay slices, copies
+    at an offset the host knows, rather than a scatter dispatch each (6 dispatches
+    per step before, 2 now: the matvec and the tanh); nothing is read back."""
+    w = np.eye(32, dtype=np.float32) * 1.1
+
+    def tanh_loss(w, x, n):
+        _, x = whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.tanh(w @ x)),
+                                 [0, x], gradient_memory=2000)  # chunks of 6 steps
+        return jnp.sum(x ** 2)
+
+    exported = whilst.export(jax.grad(tanh_loss), w, np.ones(32, np.float32), np.int32(10))
+    loops = loop_counts(compile_to_stream(prepare([exported])))
+    assert all(loads == 0 for loads, _ in loops), loops
+    assert loops.count((0, 2)) == 2, loops
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("memory", [136, 260])  # chunks of 3 and 6 steps, K = 2 and 3
+def test_vmap_of_grad_across_the_switch_on_iree(memory):
+    """Lanes that end in the first chunk, at its end, and many chunks later, in one
+    batch, compiled by IREE; against jax.grad of the unrolled loop."""
+    grad = jax.vmap(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=memory)))
+    xs = np.stack([X, X * 0.5, X + 0.3, -X]).astype(np.float32)
+    module = whilst.compile(grad, xs, np.zeros(4, np.int32)).load()
+    for ns in [[0, 2, 5, 30], [3, 4, 1, 17]]:
+        ns = np.array(ns, np.int32)
+        want = [jax.grad(oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
+        np.testing.assert_allclose(module(xs, ns), np.stack(want), rtol=2e-5, atol=1e-6,
+                                   err_msg=f"ns={ns}")
+
+
+@pytest.mark.parametrize("n", [2, 3, 9])
+def test_grad_of_grad_across_the_switch(n):
+    options = dict(gradient_memory=136)
+    got = jax.grad(lambda w: jax.grad(loss)(X, w, n, **options).sum())(W)
+    want = jax.grad(lambda w: jax.grad(oracle)(X, w, n).sum())(W)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_nested_unbounded_loops():
+    # Inner and outer loops have no bound; the tiny budget makes both chunked.
+    def f(x, a):
+        def outer_body(i, x):
+            _, y = whilst.while_loop(lambda j, y: j <= i, lambda j, y: (j + 1, jnp.sin(y) * a + x),
+                                     [0, x], gradient_memory=30)
+            return i + 1, y * 0.9
+        return whilst.while_loop(lambda i, x: i < 6, outer_body, [0, x],
+                                 gradient_memory=30)[1]
+
+    for got, want in zip(jax.grad(f, (0, 1))(0.6, 0.7),
+                         jax.grad(lambda x, a: nested_sin_oracle(x, 6, a), (0, 1))(0.6, 0.7)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_data_dependent_stop_with_no_bound():
+    # The trip count depends on the data only; the forward tests cond between chunks.
+    def f(x):
+        return whilst.while_loop(lambda x: jnp.sum(x) < 20.0, lambda x: x * 1.1 + 0.05, [x],
+                                 gradient_memory=64)
+
+    def g(x):
+        return unrolled(lambda x: jnp.sum(x) < 20.0, lambda x: x * 1.1 + 0.05, [x])[0]
+
+    for x0 in [X, X * 10, X * 0.01]:
+        np.testing.assert_allclose(jax.jacrev(f)(x0), jax.jacrev(g)(x0), rtol=1e-5)
+        v, t = jax.jvp(f, (x0,), (jnp.ones(4),))
+        np.testing.assert_allclose(t, jax.jvp(g, (x0,), (jnp.ones(4),))[1], rtol=1e-5)

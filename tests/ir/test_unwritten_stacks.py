@@ -1,0 +1,142 @@
+"""Residual stacks and checkpoint slots start unwritten under jax.jit on CPU (a
+custom call of whilst._uninitialized_cpu instead of a fill of maximum_iterations
+rows), so every row a gradient reads must have been written first. The poisoned
+tests fill them with NaN (the dtype's largest value for integers) instead: a row
+read before it is written would show in the gradient. Oracles: jax.grad of the
+loop unrolled in Python."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.mlir import ir
+from jax.interpreters import mlir
+
+import whilst
+from helpers import nested_sin_oracle, unrolled
+from whilst._jax_compat import broadcast_in_dim
+from whilst.ir import _buffers
+
+X = jnp.linspace(0.1, 1.0, 4)
+W = jnp.float32(1.3)
+
+
+def step(w, i, x):
+    """A float carry and an integer position: the rows hold both (x[j] is a gather)."""
+    j = i % 4
+    return i + 1, x.at[j].set(x[j] + 0.05 * jnp.sin(w * x[(j + 1) % 4])) + 0.001 * i
+
+
+def loss(x, w, n, **options):
+    _, x = whilst.while_loop(lambda i, x: i < n, functools.partial(step, w), [0, x],
+                             **options)
+    return jnp.sum(x ** 2)
+
+
+def oracle(x, w, n):
+    _, x = unrolled(lambda i, x: i < n, functools.partial(step, w), [0, x])
+    return jnp.sum(x ** 2)
+
+
+def _poison(ctx, avals):
+    """Fills any read would show: NaN, the largest integer, or True."""
+    def fill(dtype):
+        return (np.nan if np.issubdtype(dtype, np.inexact) else
+                np.iinfo(dtype).max if np.issubdtype(dtype, np.integer) else True)
+    return [broadcast_in_dim(ctx, mlir.ir_constant(np.array(fill(a.dtype), a.dtype)), a,
+                             broadcast_dimensions=[]) for a in avals]
+
+
+@pytest.fixture
+def poisoned_stacks(monkeypatch):
+    """Stacks left unwritten under jax.jit on CPU are poisoned instead, in this test."""
+    monkeypatch.setattr(_buffers, "_unwritten_cpu_handler", object())
+    monkeypatch.setattr(_buffers, "_unwritten_cpu", _poison)
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
+
+def check(options, ns):
+    grad = jax.jit(jax.grad(functools.partial(loss, **options), (0, 1)))
+    for n in ns:
+        for got, want in zip(grad(X, W, n), jax.grad(oracle, (0, 1))(X, W, n)):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6,
+                                       err_msg=f"{options}, n={n}")
+
+
+@pytest.mark.parametrize("options, ns", [
+    (dict(maximum_iterations=40), [0, 1, 7, 40]),                  # every step stored
+    (dict(maximum_iterations=40, unroll=3), [0, 1, 2, 7, 40]),      # predicated steps
+    (dict(gradient_memory=160), [0, 2, 5, 6, 7, 22]),              # chunks of 6 steps, K=2
+    (dict(maximum_iterations=60, gradient_memory=800), [3, 29, 30, 31, 60]),  # chunks of 30
+    (dict(checkpoints=3, maximum_iterations=50), [0, 5, 50]),
+    ({}, [0, 7, 300]),                                             # the default budget
+])
+def test_no_row_is_read_before_it_is_written(poisoned_stacks, options, ns):
+    check(options, ns)
+
+
+def test_vmap_per_example_trip_counts_read_written_rows_only(poisoned_stacks):
+    ns = jnp.array([0, 2, 5, 30])
+    xs = jnp.stack([X, X * 0.5, X + 0.3, -X])
+    got = jax.jit(jax.vmap(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=160))))(xs, ns)
+    want = [jax.grad(oracle)(x, W, int(n)) for x, n in zip(xs, ns)]
+    np.testing.assert_allclose(got, np.stack(want), rtol=2e-5, atol=1e-6)
+
+
+def test_nested_loops_and_grad_of_grad_read_written_rows_only(poisoned_stacks):
+    def f(x, a):
+        def outer_body(i, x):
+            _, y = whilst.while_loop(lambda j, y: j <= i, lambda j, y: (j + 1, jnp.sin(y) * a + x),
+                                     [0, x], gradient_memory=30)
+            return i + 1, y * 0.9
+        return whilst.while_loop(lambda i, x: i < 6, outer_body, [0, x], gradient_memory=30)[1]
+
+    oracle6 = lambda x, a: nested_sin_oracle(x, 6, a)  # noqa: E731
+    for got, want in zip(jax.jit(jax.grad(f, (0, 1)))(0.6, 0.7),
+                         jax.grad(oracle6, (0, 1))(0.6, 0.7)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    second = jax.jit(jax.grad(lambda w: jax.grad(loss)(X, w, 9, gradient_memory=160).sum()))
+    want = jax.grad(lambda w: jax.grad(oracle)(X, w, 9).sum())(W)
+    np.testing.assert_allclose(second(W), want, rtol=1e-4)
+
+
+def _custom_calls(lowered) -> list:
+    """`(target, result element types)` of each `stablehlo.custom_call` in `lowered`."""
+    module = lowered.compiler_ir("stablehlo")
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call":
+            found.append((ir.StringAttr(op.attributes["call_target_name"]).value,
+                          sorted(str(ir.RankedTensorType(r.type).element_type)
+                                 for r in op.results)))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_exports():
+    """Needs the extension setup.py builds (a C compiler at install time). One op
+    for all: XLA:CPU's executor runs a program on its thread pool when more than
+    8 first thunks are ready at once."""
+    assert _buffers._unwritten_cpu_handler is not None, (
+        "whilst._uninitialized_cpu was not built: reinstall whilst where a C compiler "
+        "is found (pip install -e .)")
+    grad = jax.grad(functools.partial(loss, gradient_memory=160))
+    args = (X, W, jnp.int32(7))
+    calls = _custom_calls(jax.jit(grad).lower(*args))
+    # stacks of float and int rows, slots of the float and int loop variables
+    assert calls == [(_buffers.UNWRITTEN_CPU_TARGET, ["f32", "f32", "i32", "i32"])], calls
+    assert _buffers.UNWRITTEN_CPU_TARGET not in whilst.export(grad, *args).text
+
+
+def test_the_poison_shows_a_read(poisoned_stacks):
+    """The checks above can fail: a stack read before any write is NaN."""
+    def read_unwritten():
+        (stack,) = _buffers.uninitialized([jax.ShapeDtypeStruct((3,), np.float32)])
+        return stack + 1
+    assert np.isnan(jax.jit(read_unwritten)()).all()

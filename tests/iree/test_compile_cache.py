@@ -1,0 +1,134 @@
+"""`whilst.compile` in stages, its compile cache and `Compiled.save`. Hits and misses
+are counted by the calls to iree-compile (the real one, wrapped to count)."""
+import os
+
+import numpy as np
+import pytest
+
+import whilst
+import whilst._cache
+import whilst._compile
+from whilst.runtime import load
+
+pytestmark = pytest.mark.iree
+
+
+def step(x, n):
+    return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x + 1.0), [0, x])
+
+
+@pytest.fixture
+def iree_compile_calls(monkeypatch):
+    calls = []
+    real = whilst._compile.compile_module
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(whilst._compile, "compile_module", counting)
+    return calls
+
+
+def test_second_compile_hits_the_cache_and_a_changed_flag_misses(tmp_path, iree_compile_calls):
+    args = (np.zeros(2, np.float32), np.int32(0))
+    seen = []
+    first = whilst.compile(step, *args, cache=tmp_path, on_stage=lambda *s: seen.append(s))
+    assert [label for label, _ in first.stages] == [
+        "export main to StableHLO", "prepare for IREE (1 function)",
+        "iree-compile for llvm-cpu (host)"]
+    assert seen == first.stages and all(seconds >= 0 for _, seconds in seen)
+    second = whilst.compile(step, *args, cache=tmp_path)
+    assert len(iree_compile_calls) == 1 and second.cache_hit and not first.cache_hit
+    assert second.data == first.data
+    n, x = load(second.data).main(np.array([1.0, 2.0], np.float32), 3)
+    assert int(n) == 3 and list(x) == [4.0, 5.0]
+    third = whilst.compile(step, *args, cache=tmp_path, cpu="generic")
+    assert len(iree_compile_calls) == 2 and not third.cache_hit
+    assert len(os.listdir(tmp_path)) == 2
+
+
+def test_a_corrupted_cache_entry_is_recompiled_never_loaded(tmp_path, iree_compile_calls):
+    args = (np.zeros(2, np.float32), np.int32(0))
+    good = whilst.compile(step, *args, cache=tmp_path).data
+    (entry,) = tmp_path.iterdir()
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2] ^= 4
+    for broken in (bytes(damaged), good[:-40]):
+        entry.write_bytes(broken)
+        again = whilst.compile(step, *args, cache=tmp_path)
+        assert not again.cache_hit and again.data == good
+        assert entry.read_bytes() == good        # replaced by the fresh module
+    assert len(iree_compile_calls) == 3
+
+
+def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cached(
+        tmp_path, monkeypatch, iree_compile_calls):
+    """The fallback of `compile_module`: a flag set iree-compile rejects (here the
+    aggressive one, given an unknown flag) is followed by the default one; the
+    stage label says so and the entry is cached under the flags that worked."""
+    from whilst.lowering import _iree
+
+    real = _iree.compile_flags
+
+    def failing_when_aggressive(*args, aggressive_fusion=False, **kwargs):
+        flags = real(*args, aggressive_fusion=aggressive_fusion, **kwargs)
+        return flags + ["--no-such-flag"] if aggressive_fusion else flags
+
+    monkeypatch.setattr(_iree, "compile_flags", failing_when_aggressive)
+    args = (np.zeros(2, np.float32), np.int32(0))
+    first = whilst.compile(step, *args, cache=tmp_path)
+    assert first.stages[-1][0] == (
+        "iree-compile for llvm-cpu (host) (without aggressive fusion: with it iree-compile "
+        "failed, or made a module that cannot run)")
+    n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
+    assert int(n) == 3 and list(x) == [4.0, 5.0]
+    (entry,) = os.listdir(tmp_path)
+    plain = _iree.flag_sets(("llvm-cpu",))[-1]
+    assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
+    second = whilst.compile(step, *args, cache=tmp_path)
+    assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
+    assert second.stages[-1][0].endswith("(without aggressive fusion: with it iree-compile "
+                                         "failed, or made a module that cannot run)")
+
+
+def first_text(tmp_path, args):
+    """The prepared module text `whilst.compile(step, *args)` compiles."""
+    from whilst._compile import prepare_stage
+    return prepare_stage([whilst.export(step, *args)], ("llvm-cpu",))
+
+
+@pytest.mark.parametrize("targets", [("llvm-cpu",), ("llvm-cpu", "cuda"), ("vulkan-spirv",)])
+def test_modules_compile_with_aggressive_fusion_first(targets):
+    from whilst.lowering import flag_sets
+
+    fused, plain = flag_sets(targets)
+    assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
+    assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
+
+
+def test_cache_can_be_disabled(tmp_path, monkeypatch, iree_compile_calls):
+    args = (np.zeros(2, np.float32), np.int32(0))
+    monkeypatch.setenv("WHILST_CACHE_DIR", str(tmp_path))
+    whilst.compile(step, *args, cache=False)
+    monkeypatch.setenv("WHILST_CACHE_DIR", "off")
+    whilst.compile(step, *args)
+    assert len(iree_compile_calls) == 2 and not os.listdir(tmp_path)
+
+
+def test_save_never_overwrites_or_follows_a_link(tmp_path):
+    compiled = whilst.compile(step, np.zeros(2, np.float32), np.int32(0))
+    (tmp_path / "victim").write_bytes(b"precious")
+    os.symlink(tmp_path / "victim", tmp_path / "m.vmfb")
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        compiled.save(tmp_path / "m.vmfb")
+    compiled.save(tmp_path / "m.vmfb", overwrite=True)
+    assert (tmp_path / "victim").read_bytes() == b"precious"
+    assert not os.path.islink(tmp_path / "m.vmfb")
+    assert (tmp_path / "m.vmfb").read_bytes() == compiled.data
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".whilst-")] == []
+
+
+def test_names_must_be_identifiers():
+    with pytest.raises(ValueError, match="name must be a Python identifier"):
+        whilst.compile(step, np.zeros(2, np.float32), np.int32(0), name="../x")

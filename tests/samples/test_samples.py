@@ -1,0 +1,28 @@
+"""The samples at a small size: each runs end to end (export, IREE compile, run on the
+embedded runtime) and its `check` compares the IREE results with an oracle that does
+not use whilst."""
+import pytest
+
+# samples/ (on the tests' pythonpath, pyproject.toml)
+import cg
+import lstm
+import newton
+import ode_fit
+
+pytestmark = [pytest.mark.iree, pytest.mark.slow]
+
+
+def test_cg_solution_and_gradient_match_linalg_solve():
+    cg.check(cg.run(n=16))
+
+
+def test_newton_root_and_its_derivative_match_implicit_function_theorem():
+    newton.check(newton.run(n=8))
+
+
+def test_ode_fit_first_gradient_matches_jax_and_fixed_step_count_oracle():
+    ode_fit.check(ode_fit.run(n_obs=5, train_steps=5))
+
+
+def test_lstm_trip_counts_are_lengths_and_first_gradient_matches_unrolled_oracle():
+    lstm.check(lstm.run(hidden=8, batch_size=8, max_length=6, train_steps=5))
