@@ -17,7 +17,7 @@ or the bound is unknown, the whole loop is staged; remat stages a loop with know
 operands only as well (recomputed where its staged jaxpr reads it).
 
 The staged loop is linear in its unknown (tangent) operands, so transposing it
-is the vjp of that linear map: reverse mode of the loop (`_linearize.py`), as
+is the vjp of that linear map: reverse mode of the loop (`reverse/_linearization.py`), as
 it is without remat.
 """
 from __future__ import annotations

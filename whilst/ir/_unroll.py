@@ -5,7 +5,7 @@ microseconds on a GPU, so small bodies run k steps per iteration (see
 `_while_lowering.py` for the emitted form); exports for a GPU (`_gpu_export`) aim
 for more work per iteration.
 Reverse mode fixes the factors of the loops it creates when it builds them,
-because they decide how its residual stacks are laid out (`_reverse.py`).
+because they decide how its residual stacks are laid out (`reverse/_stored.py`).
 `lax.scan`s inside exported loop bodies are unrolled by the same measure
 (`unrolled_scans`), through scan's own `unroll`.
 """

@@ -2,7 +2,7 @@
 
 `jax.vmap` of a write at a per-lane position (`x.at[k].set(v)`, or a
 `dynamic_update_slice` with a batched start, such as a checkpoint slot store
-of `_checkpoint.py` under `jax.vmap(jax.grad(...))`) is a scatter whose operand
+of `reverse/_checkpointed.py` under `jax.vmap(jax.grad(...))`) is a scatter whose operand
 and indices share a batch dimension (`operand_batching_dims`). iree-compile 3.13
 rejects it ("'iree_linalg_ext.scatter' op expected indices to be equal to batch
 rank or batch rank + 1"; `iree_limits/batched_scatter.mlir`).

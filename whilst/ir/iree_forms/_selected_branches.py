@@ -1,7 +1,7 @@
 """The checkpoint schedule's branches computed and selected, for gradients of
 gradient Whiles.
 
-The checkpointed gradient While (`_checkpoint.py`) picks its action with a
+The checkpointed gradient While (`reverse/_checkpointed.py`) picks its action with a
 `lax.switch`, and its re-plans compute the binomial split under a `lax.cond`.
 They lower to `stablehlo.case`, which IREE 3.13 runs as branches on the host.
 Differentiating that While again multiplies them, and iree-compile 3.13 fails

@@ -7,9 +7,9 @@ that fit. Linearizing it emits one forward While over the chunks::
     # (a) the forward While (role "forward", checkpoints K)
     c, n, m = 0, 0, S
     while m == S and n < bound and cond(n, carry):
-        save, k = online_policy(c)          # `_checkpoint_schedule`, over chunks
+        save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
-        # at most S steps, writing each step's rows (`_reverse.py`'s) into stacks
+        # at most S steps, writing each step's rows (`_stored.py`'s) into stacks
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
                                         stacks, bound=min(S, bound - n))
         n += m; c += 1
@@ -17,7 +17,7 @@ that fit. Linearizing it emits one forward While over the chunks::
 and, on the tangent side, `budget_linear_while_p`, whose transpose is the
 gradient. The last chunk's rows are still in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
-checkpoint schedule of `_checkpoint.py` over chunks: each iteration advances
+checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
 from its checkpoint, writing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
@@ -47,7 +47,7 @@ gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
 the budget (`budget_split`): K copies of the carry take at most a quarter of
 it (2 <= K <= MAX_CHECKPOINTS), the stacks of S rows the rest. Where fewer than
 MIN_CHUNK_ROWS rows fit (or sizes are symbolic), each step is a chunk of its
-own: `_checkpoint.py` linearizes with K checkpoints and no stored rows.
+own: `_checkpointed.py` linearizes with K checkpoints and no stored rows.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ from whilst.ir.reverse._policy import Budget, Checkpointed
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
-from whilst.ir.reverse._stored import StepResiduals, transpose_linear_while
+from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
@@ -122,7 +122,7 @@ class _Chunks:
     primal: object
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
-    grad_unroll: int      # lays out the stacks (see `_reverse.py`)
+    grad_unroll: int      # lays out the stacks (see `_stored.py`)
 
     @classmethod
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
@@ -190,7 +190,7 @@ class _Chunks:
         `ct_dconsts` holds None for the others)."""
         ninv, nstk, ndc = len(invariants), len(stacks), len(dconsts)
         dcarry = [ad.UndefinedPrimal(a) for a in self.lin_body.in_avals[ninv + nstk + ndc:]]
-        outs = transpose_linear_while(
+        outs = linear_while_transpose(
             ct, steps, *invariants, *stacks, *dconsts, *dcarry,
             body_jaxpr=self.lin_body, n_invariants=ninv, n_stacks=nstk, n_dconsts=ndc,
             static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.grad_unroll)
@@ -288,9 +288,6 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
 
 budget_linear_while_p = Primitive("budget_linear_while")
 budget_linear_while_p.multiple_results = True
-budget_linear_while_p.def_abstract_eval(
-    lambda *avals, chunks, carry_nz, **_: [
-        a.to_tangent_aval() for a, nz in zip(chunks.carry_avals, carry_nz) if nz])
 
 
 def _split_operands(operands, chunks, const_nz, nconsts, nhoisted):
@@ -315,14 +312,12 @@ def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_n
         schedule_selected=False)
 
 
-def_by_expansion(budget_linear_while_p, expand_budget_linear_while)
-
-
 # ------------------------------------------------------------- the gradient While
 
-def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts, nhoisted):
+def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz,
+                                   nconsts, nhoisted):
     """The gradient While (see the module docstring): the last chunk's stored
-    gradient, then the schedule of `_checkpoint.py`'s gradient While over chunks,
+    gradient, then the schedule of `_checkpointed.py`'s gradient While over chunks,
     with its integer state `[cur, fine, target, h, store_slot]` in one vector and
     the held slots as a stack (`steps` with a spare level K; slot `order[l]` holds
     chunk `steps[l]`), and no branch: each iteration advances or reverses a chunk
@@ -377,12 +372,9 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
         return [state, steps, order, *xs]
 
     # The gradient While over chunks `last - 1, .., 0`. Its start (a sort and a
-    # restore: on IREE 15 dispatches and 7 readbacks) runs only where the loop ran
-    # past its first chunk; otherwise a state whose While takes no trip (`fine`,
-    # state[1], is 0). bench/grad_tanh.py part 2 (n = 10): 40 us less on IREE than
-    # an unguarded start, 25 on XLA:CPU than a cond around the While (whose
-    # pass-through branch copied the cotangents). The forward's stacks, read above,
-    # are then rewritten in place by each recomputed chunk.
+    # restore) runs only where the loop ran past its first chunk; otherwise a state
+    # whose While takes no trip (`fine`, state[1], is 0). The forward's stacks, read
+    # above, are then rewritten in place by each recomputed chunk.
     avals = jax.eval_shape(started, last, pos, *slots)
     state0, steps, order, *x0 = lax.cond(
         last > 0, started, lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
@@ -404,4 +396,8 @@ def _transpose(cts, *operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
 
 
-ad.primitive_transposes[budget_linear_while_p] = _transpose
+budget_linear_while_p.def_abstract_eval(
+    lambda *avals, chunks, carry_nz, **_: [
+        a.to_tangent_aval() for a, nz in zip(chunks.carry_avals, carry_nz) if nz])
+def_by_expansion(budget_linear_while_p, expand_budget_linear_while)
+ad.primitive_transposes[budget_linear_while_p] = budget_linear_while_transpose

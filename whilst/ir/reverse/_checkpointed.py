@@ -161,9 +161,6 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
 
 checkpointed_linear_while_p = Primitive("checkpointed_linear_while")
 checkpointed_linear_while_p.multiple_results = True
-checkpointed_linear_while_p.def_abstract_eval(
-    lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
-        a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
 
 
 def _split_linear_operands(operands, body_jaxpr, const_nz, carry_nz):
@@ -184,7 +181,7 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
             x, dcarry = jvp(body)((consts, i, x), (dconsts, dcarry))
         return dcarry
     """
-    del schedule_selected  # the gradient While's (`_transpose`)
+    del schedule_selected  # the gradient While's (`checkpointed_linear_while_transpose`)
     n, _, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
     body_jvp, _ = jvp_jaxpr(body_jaxpr, [*const_nz, False, *carry_nz],
@@ -206,9 +203,6 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
         static_bound=None, name=name, role="linear",
         gradient=Checkpointed(checkpoints))
     return outs[ncarry:]
-
-
-def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
 
 
 # ------------------------------------------- the checkpointed gradient While
@@ -282,10 +276,10 @@ def with_level(steps, h, step, K):
     return steps
 
 
-def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name,
-               schedule_selected):
+def checkpointed_linear_while_transpose(cts, *operands, body_jaxpr, checkpoints, const_nz,
+                                        carry_nz, name, schedule_selected):
     """The gradient While: the schedule's state machine, in the stack form of the
-    `_checkpoint_schedule` docstring. Its integer state is one vector
+    `_schedule.py` docstring. Its integer state is one vector
     `[cur, fine, target, h, store_slot]` (one loop-carried buffer rather than five:
     XLA:CPU spends a kernel or a copy per iteration on most carried buffers);
     `steps` has a spare level K so that the step of a store is written
@@ -317,21 +311,63 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
     ct_given = [ct for ct, z in zip(cts, zero_ct) if not z]
     acc_avals = [jax.typeof(consts[k]).to_tangent_aval() for k in lin_consts]
     zeros = ZeroStarted([x.aval for x, z in zip(dcarry, zero_ct) if z] + acc_avals)
-    nc, ncarry, ngiven, nzero = len(consts), len(slots), len(ct_given), sum(zero_ct)
+    reversal = _Reversal(body_jaxpr, K, lin_consts, carry_nz, zero_ct, zeros, len(consts),
+                         len(slots), len(ct_given))
 
-    def step_vjp(cs, i, xs):
+    def cond(i, state, *_):
+        return [state[1] > 0]
+
+    # The slots as a stack: level l holds the l-th earliest step (slot order[l]).
+    state0, steps, order, x_init = schedule_start(n, pos, slots, K)
+    carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
+    carry_avals = [jax.typeof(x) for x in carry0]
+    const_avals = [jax.typeof(x) for x in consts]
+    gradient_body = trace_closed(reversal.gradient_step,
+                                 [*const_avals, COUNTER_AVAL, *carry_avals],
+                                 "checkpointed_gradient_body")
+    if schedule_selected:
+        gradient_body = selected_schedule(gradient_body)
+    _, *outs = functional_while(
+        [], consts, np.int32(UNBOUNDED), carry0,
+        cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
+                                "checkpointed_gradient_cond"),
+        body_jaxpr=gradient_body,
+        static_bound=None, name=name, role="gradient", gradient=Checkpointed(K))
+    given_out, started_out = split_list(outs[3 + 2 * len(slots):], [len(ct_given)])
+    zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [sum(zero_ct)])
+    ct_x_out = merge_lists(zero_ct, given_out, zero_started_out)
+    acc_iter = iter(ct_acc)
+    ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
+    return [None, None, *[None] * (len(slots) + len(consts)), *ct_dconsts, *ct_x_out]
+
+
+class _Reversal:
+    """The body of the checkpointed gradient While (see
+    `checkpointed_linear_while_transpose`): carries `(state, steps, order, *slots,
+    *xs, *given cotangents, *zero-started values)` after the constants and `i`."""
+
+    def __init__(self, body_jaxpr, K, lin_consts, carry_nz, zero_ct, zeros, nc, ncarry,
+                 ngiven):
+        self.body_jaxpr, self.K = body_jaxpr, K
+        self.lin_consts, self.carry_nz, self.zero_ct, self.zeros = (
+            lin_consts, carry_nz, zero_ct, zeros)
+        self.nc, self.ncarry, self.ngiven, self.nzero = nc, ncarry, ngiven, sum(zero_ct)
+
+    def step_vjp(self, cs, i, xs):
         """`(body(cs, i, xs), backward)`: one step forwards, and its vjp
         `ct -> (ct_x, ct_consts)` over the differentiated carries and constants."""
+        carry_nz = self.carry_nz
+
         def step(c_lin, x_nz):
             full_c = list(cs)
-            for k, c in zip(lin_consts, c_lin):
+            for k, c in zip(self.lin_consts, c_lin):
                 full_c[k] = c
             full_x = merge_lists(list(carry_nz), [x for x, nz in zip(xs, carry_nz) if not nz],
                                  list(x_nz))
-            out = call(body_jaxpr, *full_c, i, *full_x)
+            out = call(self.body_jaxpr, *full_c, i, *full_x)
             return ([o for o, nz in zip(out, carry_nz) if nz],
                     [o for o, nz in zip(out, carry_nz) if not nz])
-        out_nz, vjp, out_z = jax.vjp(step, [cs[k] for k in lin_consts],
+        out_nz, vjp, out_z = jax.vjp(step, [cs[k] for k in self.lin_consts],
                                      [x for x, nz in zip(xs, carry_nz) if nz], has_aux=True)
 
         def backward(ct):
@@ -339,17 +375,19 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
             return ct_xs, ct_c
         return merge_lists(list(carry_nz), out_z, out_nz), backward
 
-    def body(xla_cpu, *args):
+    def body(self, xla_cpu, *args):
+        """One iteration of the gradient While, in the form for XLA:CPU or not."""
+        K, zeros, zero_ct = self.K, self.zeros, self.zero_ct
         cs, (_,), (state, steps, order), slots, xs, given, started = split_list(
-            args, [nc, 1, 3, ncarry, ncarry, ngiven])
-        zero_started, acc = split_list(zeros.unpack(started), [nzero])
+            args, [self.nc, 1, 3, self.ncarry, self.ncarry, self.ngiven])
+        zero_started, acc = split_list(zeros.unpack(started), [self.nzero])
         ct = merge_lists(zero_ct, given, zero_started)
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         # The branches take `operand`, and `step(operand) == step_vjp(cs, cur, xs)`.
         if xla_cpu:   # each branch steps itself
-            step, operand = partial(step_vjp, cs, cur), xs
+            step, operand = partial(self.step_vjp, cs, cur), xs
         else:         # one step before the switch
-            operand, backward = step_vjp(cs, cur, xs)
+            operand, backward = self.step_vjp(cs, cur, xs)
             step = lambda ys: (ys, backward)
         turn = cur == fine - 1
         store = cur + 1 == target          # never with turn: target < fine - 1
@@ -382,38 +420,17 @@ def _transpose(cts, *operands, body_jaxpr, checkpoints, const_nz, carry_nz, name
         return [state, steps, *slots, *xs, *given,
                 *zeros.update(started, [*zero_started, *acc])]
 
-    def gradient_step(*args):
+    def gradient_step(self, *args):
         """`body`, in both forms unless the user's body has effects; `order` passes
         through outside them, where `functional_while` sees it is loop-invariant."""
-        portable = partial(body, False)
-        state, steps, *rest = portable(*args) if body_jaxpr.effects else xla_cpu_choice(
-            partial(body, True), portable, *args)
-        return [state, steps, args[nc + 3], *rest]
-
-    def cond(i, state, *_):
-        return [state[1] > 0]
-
-    # The slots as a stack: level l holds the l-th earliest step (slot order[l]).
-    state0, steps, order, x_init = schedule_start(n, pos, slots, K)
-    carry0 = [state0, steps, order, *slots, *x_init, *ct_given, *zeros.initial()]
-    carry_avals = [jax.typeof(x) for x in carry0]
-    const_avals = [jax.typeof(x) for x in consts]
-    gradient_body = trace_closed(gradient_step, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                 "checkpointed_gradient_body")
-    if schedule_selected:
-        gradient_body = selected_schedule(gradient_body)
-    _, *outs = functional_while(
-        [], consts, np.int32(UNBOUNDED), carry0,
-        cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
-                                "checkpointed_gradient_cond"),
-        body_jaxpr=gradient_body,
-        static_bound=None, name=name, role="gradient", gradient=Checkpointed(K))
-    given_out, started_out = split_list(outs[3 + 2 * ncarry:], [ngiven])
-    zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [nzero])
-    ct_x_out = merge_lists(zero_ct, given_out, zero_started_out)
-    acc_iter = iter(ct_acc)
-    ct_dconsts = [next(acc_iter) if lin else None for lin in dconst_linear]
-    return [None, None, *[None] * (ncarry + nc), *ct_dconsts, *ct_x_out]
+        portable = partial(self.body, False)
+        state, steps, *rest = portable(*args) if self.body_jaxpr.effects else xla_cpu_choice(
+            partial(self.body, True), portable, *args)
+        return [state, steps, args[self.nc + 3], *rest]
 
 
-ad.primitive_transposes[checkpointed_linear_while_p] = _transpose
+checkpointed_linear_while_p.def_abstract_eval(
+    lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
+        a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
+def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
+ad.primitive_transposes[checkpointed_linear_while_p] = checkpointed_linear_while_transpose

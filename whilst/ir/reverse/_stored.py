@@ -35,8 +35,8 @@ lowering never unrolls past what the layout allows.)
 
 This is used when `static_bound` rows fit in the loop's `gradient_memory`;
 otherwise `_budget.py` stores the first steps this way and checkpoints the rest,
-and with `checkpoints` set `_checkpoint.py` linearizes instead (K carries kept,
-steps recomputed); `_linearize.py` chooses.
+and with `checkpoints` set `_checkpointed.py` linearizes instead (K carries kept,
+steps recomputed); `_linearization.py` chooses.
 
 Both are `functional_while_p`, so forward mode, batching and further
 differentiation of them (grad-of-grad, jvp-of-grad) reuse the same rules. A
@@ -106,14 +106,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     return out
 
 
-linear_while_p.def_abstract_eval(
-    lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
-
-
-def_by_expansion(linear_while_p, expand_linear_while)
-
-
-def transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
+def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
                            n_dconsts, static_bound, name, row_offset, unroll):
     """The gradient While: replay the stored steps backwards (see the module docstring)."""
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
@@ -170,7 +163,10 @@ def transpose_linear_while(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
     return [None, *[None] * (n_invariants + n_stacks), *ct_dconsts, *ct_dx_out]
 
 
-ad.primitive_transposes[linear_while_p] = transpose_linear_while
+linear_while_p.def_abstract_eval(
+    lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
+def_by_expansion(linear_while_p, expand_linear_while)
+ad.primitive_transposes[linear_while_p] = linear_while_transpose
 
 
 # ------------------------------------------------- linearizing the functional While
