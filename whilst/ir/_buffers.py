@@ -32,10 +32,6 @@ if _unwritten_cpu_handler is not None:
 
 uninitialized_p = Primitive("uninitialized")
 uninitialized_p.multiple_results = True
-uninitialized_p.def_impl(lambda **params: apply_primitive(uninitialized_p, **params))
-uninitialized_p.def_abstract_eval(lambda *, avals, export_fills: list(avals))
-ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
-    uninitialized_p.bind(**params), [Zero(a.to_tangent_aval()) for a in params["avals"]])
 
 
 def uninitialized(avals, export_fills=None) -> list:
@@ -80,9 +76,6 @@ def _unwritten_cpu(ctx, avals) -> list:
     return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET)(
         ctx.replace(avals_in=[], avals_out=list(avals)))
 
-
-mlir.register_lowering(uninitialized_p, lambda ctx, *, avals, export_fills:
-                       uninitialized_values(ctx, avals, export_fills))
 
 
 def _distinct_value(dtype, j):
@@ -132,3 +125,11 @@ class ZeroStarted:
             carries[g] = v if row is None else lax.dynamic_update_index_in_dim(
                 carries[g], v, row, 0)
         return carries
+
+
+uninitialized_p.def_impl(lambda **params: apply_primitive(uninitialized_p, **params))
+uninitialized_p.def_abstract_eval(lambda *, avals, export_fills: list(avals))
+ad.primitive_jvps[uninitialized_p] = lambda primals, tangents, **params: (
+    uninitialized_p.bind(**params), [Zero(a.to_tangent_aval()) for a in params["avals"]])
+mlir.register_lowering(uninitialized_p, lambda ctx, *, avals, export_fills:
+                       uninitialized_values(ctx, avals, export_fills))

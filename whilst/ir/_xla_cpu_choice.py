@@ -30,9 +30,6 @@ from whilst.ir._tracing import call, trace_closed
 
 xla_cpu_choice_p = Primitive("xla_cpu_choice")
 xla_cpu_choice_p.multiple_results = True
-xla_cpu_choice_p.def_impl(lambda *args, **params: apply_primitive(
-    xla_cpu_choice_p, *args, **params))
-xla_cpu_choice_p.def_abstract_eval(lambda *avals, xla_cpu, portable: portable.out_avals)
 
 
 def xla_cpu_choice(xla_cpu, portable, *args) -> list:
@@ -52,7 +49,7 @@ def xla_cpu_choice(xla_cpu, portable, *args) -> list:
     return xla_cpu_choice_p.bind(*args, xla_cpu=jaxprs[0], portable=jaxprs[1])
 
 
-def _jvp(primals, tangents, *, xla_cpu, portable):
+def xla_cpu_choice_jvp(primals, tangents, *, xla_cpu, portable):
     nonzeros = [type(t) is not ad.Zero for t in tangents]
     zeros = [ad.Zero(a.to_tangent_aval()) for a in portable.out_avals]
     if not any(nonzeros):
@@ -65,14 +62,17 @@ def _jvp(primals, tangents, *, xla_cpu, portable):
     return out, [next(it) if nz else z for nz, z in zip(out_nonzeros, zeros)]
 
 
-def _batch(args, dims, *, xla_cpu, portable):
+def xla_cpu_choice_batching(args, dims, *, xla_cpu, portable):
     forms = [jax.vmap(partial(call, j), in_axes=tuple(dims)) for j in (xla_cpu, portable)]
     out = xla_cpu_choice(*forms, *args)
     return out, [0] * len(out)
 
 
-ad.primitive_jvps[xla_cpu_choice_p] = _jvp
-batching.primitive_batchers[xla_cpu_choice_p] = _batch
+xla_cpu_choice_p.def_impl(lambda *args, **params: apply_primitive(
+    xla_cpu_choice_p, *args, **params))
+xla_cpu_choice_p.def_abstract_eval(lambda *avals, xla_cpu, portable: portable.out_avals)
+ad.primitive_jvps[xla_cpu_choice_p] = xla_cpu_choice_jvp
+batching.primitive_batchers[xla_cpu_choice_p] = xla_cpu_choice_batching
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
     lambda *args, xla_cpu, portable: call(portable, *args), multiple_results=True))
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
