@@ -8,8 +8,8 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
 
-from whilst.ir.reverse._budget import CHUNKED_LOOPS
 from whilst.ir._functional_while import functional_while_p
+from whilst.ir.reverse._policy import ChunkedLoop
 
 
 def trace(fn, *args, **kwargs) -> ClosedJaxpr:
@@ -81,14 +81,14 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     invariants (values computed from closed-over arrays only) are hoisted and do
     not appear here.
     """
-    token = CHUNKED_LOOPS.set(chunked := [])
-    try:
-        closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
-    finally:
-        CHUNKED_LOOPS.reset(token)
-    loops = []
+    closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
+    loops, chunked = [], []
     for eqn in iter_loops(closed.jaxpr):
-        n_acc = eqn.params["accumulators"]
+        policy, n_acc = eqn.params["gradient"], eqn.params["accumulators"]
+        if isinstance(policy, ChunkedLoop):   # a chunk's stacks, carried
+            chunked.append(LoopResiduals(
+                name=eqn.params["name"], role="forward", max_iterations=policy.chunk_steps,
+                stack_shapes=policy.chunk_stacks))
         if n_acc == 0:
             continue
         stacks = [v.aval for v in eqn.outvars[-n_acc:]]
@@ -96,9 +96,4 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
             name=eqn.params["name"], role=eqn.params["role"],
             max_iterations=eqn.params["static_bound"],
             stack_shapes=tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in stacks)))
-    for chunks in chunked:   # a chunk's stacks, carried by the budget's Whiles
-        loops.append(LoopResiduals(
-            name=chunks.name, role="forward", max_iterations=chunks.S,
-            stack_shapes=tuple((tuple(a.shape), np.dtype(a.dtype).name)
-                               for a in chunks.stack_avals)))
-    return ResidualReport(tuple(loops))
+    return ResidualReport(tuple(loops + chunked))

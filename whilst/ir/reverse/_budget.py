@@ -51,7 +51,6 @@ own: `_checkpointed.py` linearizes with K checkpoints and no stored rows.
 """
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 
 import jax
@@ -67,7 +66,7 @@ from whilst.ir._buffers import uninitialized
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
-from whilst.ir.reverse._policy import Budget, Checkpointed
+from whilst.ir.reverse._policy import Budget, Checkpointed, ChunkedLoop
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
@@ -78,10 +77,6 @@ from whilst.ir._unroll import nbytes, unroll_factor
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
-# Where set, a list every chunked loop's `_Chunks` is appended to as it is
-# linearized (`whilst.residual_report`: its stacks are carries, not pushes).
-CHUNKED_LOOPS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "chunked_loops", default=None)
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
@@ -227,8 +222,6 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         return checkpointed_linearize(nzs, *primals, **loop, static_bound=static_bound,
                                       role=role, unroll=unroll, checkpoints=K)
     chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient=gradient)
-    if (seen := CHUNKED_LOOPS.get()) is not None:
-        seen.append(chunks)
     cond_consts, body_consts, bound, carry = split_operands(
         primals, cond_nconsts, body_nconsts)
     hoisted = steps.hoisted_consts
@@ -264,7 +257,10 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                                COUNTER_AVAL, *state_avals],
                                 "budget_forward_body"),
         static_bound=None if static_bound is None else -(-static_bound // S),
-        name=name, role=role, gradient=Checkpointed(K))
+        name=name, role=role, gradient=ChunkedLoop(
+            checkpoints=K, chunk_steps=S,
+            chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
+                               for a in chunks.stack_avals)))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz

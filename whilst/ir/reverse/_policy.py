@@ -12,6 +12,9 @@ A loop's policy is one frozen value, the `gradient` parameter of
     Checkpointed(K)           # `checkpoints=K`:
         K copies of the carry, every step recomputed by the
         binomial schedule                                        (_checkpointed.py)
+
+The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
+of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
 """
 from __future__ import annotations
 
@@ -30,6 +33,16 @@ class Budget:
 class Checkpointed:
     """Keep `checkpoints` copies of the carry and recompute every step."""
     checkpoints: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChunkedLoop(Checkpointed):
+    """The loop over chunks of `_budget.py`: reverse mode treats it as
+    `Checkpointed(checkpoints)`; each iteration stores the residual rows of at most
+    `chunk_steps` steps into stacks it carries, of `chunk_stacks` `(shape, dtype
+    name)`."""
+    chunk_steps: int
+    chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
 
 
 def gradient_policy(checkpoints: int | None = None,
