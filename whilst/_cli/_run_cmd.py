@@ -11,6 +11,7 @@ import numpy as np
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import input_paths
 from whilst._cli._output import output_dir, write_output
+from whilst._files import NotRegularFileError, open_regular
 from whilst.runtime import signature as sig
 
 _OUTPUT = re.compile(r"output_(\d+)\.npy")
@@ -32,7 +33,7 @@ def read_input(path: str) -> np.ndarray:
     fmt = np.lib.format
     how = "save each input with numpy.save(path, array) (one .npy file per input)"
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if f.read(6) != b"\x93NUMPY":
                 f.seek(0)
                 kind = ("an .npz archive" if f.read(4) == b"PK\x03\x04"
@@ -58,6 +59,8 @@ def read_input(path: str) -> np.ndarray:
             return np.load(f, allow_pickle=False)
     except FileNotFoundError:
         raise CLIError(f"--input {path!r}: no such file.") from None
+    except NotRegularFileError as e:
+        raise CLIError(f"--input {path!r} is a {e.kind}, not a regular file; {how}.") from None
     except ValueError as e:  # a malformed header
         raise CLIError(f"--input {path!r} is not a valid .npy file ({e}); {how}.") from None
     except OSError as e:
@@ -81,8 +84,10 @@ def main(args, out=print) -> None:
 
     try:
         module = load(args.module, driver=args.driver)
-    except (LoadError, FileNotFoundError) as e:
+    except LoadError as e:
         raise CLIError(f"{args.module}: {e}") from None
+    except OSError as e:
+        raise CLIError(str(e)) from None
     fn = choose_function(module, args.function)
     inputs = [read_input(p) for p in args.input or []]
     s = fn.signature
