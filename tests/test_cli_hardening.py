@@ -16,6 +16,8 @@ import pytest
 import whilst
 from whilst.cli import main
 
+pytestmark = pytest.mark.iree
+
 MODEL = textwrap.dedent('''
     import jax.numpy as jnp
     import whilst

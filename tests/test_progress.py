@@ -21,6 +21,8 @@ import pytest
 import whilst
 from whilst.lowering import compile_module
 
+pytestmark = pytest.mark.iree
+
 MODEL = textwrap.dedent('''
     import whilst
 
