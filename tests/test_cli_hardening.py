@@ -108,6 +108,22 @@ def test_force_replaces_regular_files_only(work, capsys, kind):
         assert is_kind(os.lstat(work / "out").st_mode)
 
 
+@pytest.mark.parametrize("name", ["output_0.npy", "output_5.npy"])
+def test_run_output_force_replaces_and_removes_regular_files_only(work, capsys, module_file,
+                                                                  name):
+    """output_0.npy would be replaced, a stale output_5.npy removed: neither when it
+    is a FIFO, and the run is refused before it starts."""
+    (work / "out").mkdir()
+    os.mkfifo(work / "out" / name)
+    code, out, err = whilst_cli("run", str(module_file), "--input",
+                                str(module_file.parent / "x.npy"), "--output", "out", "--force",
+                                capsys=capsys)
+    assert code == 1 and f"--output {os.path.join('out', name)!r} is a FIFO, not a regular " \
+        f"file" in err, err
+    assert out == "" and os.listdir(work / "out") == [name]
+    assert stat.S_ISFIFO(os.lstat(work / "out" / name).st_mode)
+
+
 @pytest.mark.parametrize("kind", KINDS[:3])
 def test_save_replaces_regular_files_only(tmp_path, kind):
     compiled = whilst.compile(lambda x: x * 2.0, np.ones(2, np.float32))

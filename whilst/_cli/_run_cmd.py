@@ -10,7 +10,7 @@ import numpy as np
 
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import input_paths
-from whilst._cli._output import output_dir, write_output
+from whilst._cli._output import check_output, output_dir, write_output
 from whilst._files import NotRegularFileError, open_regular
 from whilst.runtime import signature as sig
 
@@ -133,7 +133,8 @@ def _output_files(args, n: int, check_only: bool = False) -> list[str]:
     """`output_0.npy` ... in --output, refusing (without --force) a directory that holds
     any `output_K.npy`; with --force, those beyond the `n` new ones are removed, so no
     stale output of an earlier run is left beside the new ones. `check_only`: refuse
-    before the run, remove nothing."""
+    before the run what could not be written or removed (a FIFO named output_1.npy),
+    remove nothing."""
     if not args.output:
         return []
     directory = output_dir(args.output, "--output")
@@ -142,7 +143,11 @@ def _output_files(args, n: int, check_only: bool = False) -> list[str]:
         raise CLIError(f"--output {directory!r} already holds {', '.join(existing)}; pass "
                        f"--force to replace them, or choose an empty directory.")
     files = [os.path.join(directory, f"output_{k}.npy") for k in range(n)]
-    for name in [] if check_only else existing:
+    if check_only:      # neither written nor removed may be anything but a regular file
+        for path in files + [os.path.join(directory, name) for name in existing]:
+            check_output(path, args.force, "--output")
+        return files
+    for name in existing:
         if int(_OUTPUT.fullmatch(name)[1]) >= n:
             try:
                 os.unlink(os.path.join(directory, name))
