@@ -131,8 +131,9 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
         cache) or a directory.
       progress: called as `progress(label, seconds, done)` when each stage starts
         (`done` False), changes what it does (a fallback) and finishes (`done`
-        True, its duration in seconds). The stages are also logged at INFO level
-        to the `whilst` logger, silent unless the application configures logging.
+        True, its duration in seconds; a compile cache hit is reported only so).
+        The stages are also logged at INFO level to the `whilst` logger, silent
+        unless the application configures logging.
 
     Returns:
       A `Compiled`; its `stages` lists each stage with its duration.
