@@ -51,10 +51,20 @@ def save_figure(fig, path):
 
 def run_main(doc, run, check, small, figure, small_help):
     """The samples' command line: `check(run(**small))` with `--small`, else
-    `check(run(figure=figure))`."""
+    `check(run())`; with `--figures DIR`, `run` also draws its figure into
+    `DIR/figure` (replacing it). Without it nothing is written: the README's
+    figures in samples/figures change only with `--figures samples/figures`."""
     import argparse
+    import os
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--small", action="store_true", help=small_help)
+    parser.add_argument("--figures", metavar="DIR",
+                        help=f"draw the figure as DIR/{figure} (none by default; the README's "
+                             f"are in samples/figures)")
     args = parser.parse_args()
-    check(run(**small) if args.small else run(figure=figure))
+    path = None
+    if args.figures:
+        os.makedirs(args.figures, exist_ok=True)
+        path = os.path.join(args.figures, figure)
+    check(run(**(small if args.small else {}), figure=path))

@@ -1,7 +1,7 @@
 """Conjugate gradient: solve A x = b until the residual is small, and differentiate
 through the solver.
 
-    python samples/cg.py [--small]
+    python samples/cg.py [--small] [--figures DIR]
 
 CG runs while ||r|| > tol * ||b|| (the trip count depends on A's spectrum and on b).
 jax.grad of a loss on x, with respect to A and b, runs one gradient While over the
@@ -16,8 +16,6 @@ command line:
     whilst compile samples/cg.py:loss --arg 'f32[128,128]' --arg 'f32[128]' \\
         --grad 0,1 -o cg.vmfb
 """
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +24,7 @@ import whilst
 from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 TOL = 1e-5
-FIGURE = os.path.join(os.path.dirname(__file__), "figures", "cg.png")
+FIGURE = "cg.png"
 
 
 def conjugate_gradient(A, b):
@@ -161,7 +159,7 @@ def plot(result, history, path):
 
 def main():
     run_main(__doc__, run, check, small=dict(n=16), figure=FIGURE,
-             small_help="n = 16, no figure")
+             small_help="n = 16")
 
 
 if __name__ == "__main__":

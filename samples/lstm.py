@@ -1,6 +1,6 @@
 """LSTM over variable-length sequences: each example's loop runs while t < length[i].
 
-    python samples/lstm.py [--small]
+    python samples/lstm.py [--small] [--figures DIR]
 
 An LSTM cell is applied while t < length (one whilst loop per sequence, batched with
 jax.vmap: every example stops at its own length, so no step is spent on padding and
@@ -18,8 +18,6 @@ the loss and its gradient as `loss` and `loss_grad` from the command line:
         --arg 'f32[32]' --arg 'f32[64,20]' --arg 'i32[64]' --arg 'f32[64]' \\
         --grad 0,1,2 -o lstm.vmfb
 """
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +25,7 @@ import numpy as np
 import whilst
 from _harness import Stages, best_time, print_speed, run_main, save_figure
 
-FIGURE = os.path.join(os.path.dirname(__file__), "figures", "lstm.png")
+FIGURE = "lstm.png"
 
 
 def cell(W, b, x, h, c):
@@ -200,7 +198,7 @@ def plot(result, predictions, test_batch, path):
 def main():
     run_main(__doc__, run, check, figure=FIGURE,
              small=dict(hidden=8, batch_size=8, max_length=6, train_steps=5),
-             small_help="hidden 8, batch 8, lengths up to 6, 5 Adam steps, no figure")
+             small_help="hidden 8, batch 8, lengths up to 6, 5 Adam steps")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Newton's method for a parametrised nonlinear system, and the derivative of its root
 with respect to the parameters.
 
-    python samples/newton.py [--small]
+    python samples/newton.py [--small] [--figures DIR]
 
 The system is the Bratu problem with a source, -u'' = lam exp(u) + s sin(pi x) on (0, 1),
 u(0) = u(1) = 0, on n interior grid points: F(u, theta) = 0 with theta = (lam, s).
@@ -19,8 +19,6 @@ its gradient (the column means of du*/dtheta) as `mean_root` and `mean_root_grad
 
     whilst compile samples/newton.py:mean_root --arg 'f32[2]' --grad 0 -o newton.vmfb
 """
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,7 +29,7 @@ from _harness import Stages, best_time, print_speed, run_main, save_figure
 
 STEP_TOL = 1e-4
 MAX_STEPS = 50
-FIGURE = os.path.join(os.path.dirname(__file__), "figures", "newton.png")
+FIGURE = "newton.png"
 
 
 def grid(n):
@@ -185,7 +183,7 @@ def plot(result, path):
 
 def main():
     run_main(__doc__, run, check, small=dict(n=8), figure=FIGURE,
-             small_help="n = 8, no figure")
+             small_help="n = 8")
 
 
 if __name__ == "__main__":

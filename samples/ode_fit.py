@@ -1,6 +1,6 @@
 """Adaptive ODE solver: fit a Lotka-Volterra model to noisy data through Dormand-Prince 5(4).
 
-    python samples/ode_fit.py [--small]
+    python samples/ode_fit.py [--small] [--figures DIR]
 
 The solver takes Dormand-Prince 5(4) steps with a PI step-size controller until the
 last observation time: the controller decides the trip count, rejected steps are
@@ -25,8 +25,6 @@ line:
     whilst compile samples/ode_fit.py:loss --arg 'f32[4]' --arg 'f32[2]' \\
         --arg 'f32[20]' --arg 'f32[20,2]' --grad 0 -o ode_fit.vmfb
 """
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,7 +37,7 @@ RTOL, ATOL = 1e-4, 1e-4
 MAX_STEPS = 2000
 TRUE_PARAMS = np.array([1.1, 0.4, 0.1, 0.4], np.float32)  # a, b, d, g
 Y0 = np.array([10.0, 10.0], np.float32)
-FIGURE = os.path.join(os.path.dirname(__file__), "figures", "ode_fit.png")
+FIGURE = "ode_fit.png"
 
 # Dormand-Prince 5(4): stage coefficients, 5th-order weights, and 5th minus 4th.
 A = [[],

@@ -2,12 +2,45 @@
 user's ~/.cache), shared by the tests of one session and their subprocesses.
 
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
-them do, else the test's own decorator), the longest ones `slow`, so that
-`pytest -m "not iree"` checks the JAX side in a few minutes. The oracles the tests
-share are in helpers.py."""
+them do, else the test's own decorator), the samples and the corpus `slow`; here, the
+JAX-side tests that take 10 s or more on the 2-core machine are marked `long`, and all
+others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up). The
+oracles the tests share are in helpers.py."""
 import os
 
 import pytest
+
+# JAX-side tests (every parametrization) that took 10 s or more in one of two runs on
+# the 2-core machine loaded by other jobs (pytest -n 2 --durations, 2026-11-27):
+# unbounded, checkpointed and nested reverse mode, mostly.
+LONG_TESTS = {
+    "test_checkpoint_of_a_function_that_differentiates_a_loop",
+    "test_data_dependent_stop_with_and_without_maximum_iterations",
+    "test_fori_loop_traced_bounds_differentiate",
+    "test_gradient_of_vmapped_loop_at_each_batch_size",
+    "test_gradient_of_vmapped_pytree_loop_at_each_batch_size",
+    "test_gradient_through_a_key_carrying_loop_matches_jax_grad_of_the_python_loop",
+    "test_grad_of_grad_across_the_switch",
+    "test_jit_vmap_per_example_trip_counts_and_switch",
+    "test_stablehlo_holds_two_whiles_per_derivative_order",
+    "test_unbounded_loop_under_checkpoint_as_without_it",
+    "test_nested_loops_and_grad_of_grad_read_written_rows_only",
+    "test_no_row_is_read_before_it_is_written",
+    "test_unbounded_loop_differentiates_with_no_extra_argument",
+    "test_vmap_per_example_trip_counts_read_written_rows_only",
+    "test_forward_mode_and_second_order",
+    "test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_exports",
+    "test_rows_at_carried_positions_read_nothing_back_and_match_python",
+}
+
+
+@pytest.hookimpl(tryfirst=True)       # before -m selects by these markers
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if getattr(item, "originalname", item.name) in LONG_TESTS:
+            item.add_marker(pytest.mark.long)
+        if not any(item.get_closest_marker(name) for name in ("iree", "slow", "long")):
+            item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,12 +2,12 @@
 stages that `whilst compile` (the command) calls one by one and times."""
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
 from whilst import _cache
 from whilst._files import write_file
+from whilst._stages import Stages
 from whilst.lowering import Exported, compile_module, export, flag_sets, prepare, target_metadata
 from whilst.runtime.seal import seal
 
@@ -61,25 +61,6 @@ class Compiled:
 _CACHE_HIT = "compile cache hit"
 
 
-class Stages:
-    """Times named stages; `on_stage(label, seconds)` is called as each finishes."""
-
-    def __init__(self, on_stage=None):
-        self.done: list[tuple[str, float]] = []
-        self._on_stage = on_stage
-
-    @contextlib.contextmanager
-    def __call__(self, label: str):
-        t = time.perf_counter()
-        yield
-        self.record(label, time.perf_counter() - t)
-
-    def record(self, label: str, seconds: float) -> None:
-        self.done.append((label, seconds))
-        if self._on_stage is not None:
-            self._on_stage(label, seconds)
-
-
 def prepare_stage(exports, targets, cpu="host", gpu_arch=None, stages=None) -> str:
     """Stage 2: merge `Exported` functions into one module text for iree-compile."""
     names = [e.name for e in exports]
@@ -96,8 +77,7 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
 
     Cache entries are keyed by the flags they were compiled with: the first of
     `flag_sets` that has an entry is used. A module compiled without aggressive
-    fusion because it failed with it (`compile_module`) says so in its last stage's
-    label.
+    fusion (`compile_module`'s fallback) says so, and why, in its last stage's label.
     """
     stages = stages or Stages()
     where = _cache.directory(cache)
@@ -108,29 +88,29 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     for flags in tried:
         data = _cache.lookup(where, _cache.key(text, flags))
         if data is not None:
-            stages.record(f"{_CACHE_HIT} for {described}{_fallback_note(flags, tried)}",
-                          time.perf_counter() - t)
-            break
-    else:
-        t = time.perf_counter()
-        data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch)
+            note = "" if flags == tried[0] else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
+            stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
+            return Compiled(data, tuple(targets), tuple(functions), stages.done)
+    with stages(f"{IREE_COMPILE} for {described}") as stage:
+        def fallback(reason):
+            stage.relabel(f"{IREE_COMPILE} for {described}{FALLBACK_NOTE} (with aggressive "
+                          f"fusion, {reason})")
+
+        data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch,
+                                     on_fallback=fallback)
         data = seal(data)
-        stages.record(f"iree-compile for {described}{_fallback_note(flags, tried)}",
-                      time.perf_counter() - t)
-        _cache.store(where, _cache.key(text, flags), data)
+    _cache.store(where, _cache.key(text, flags), data)
     return Compiled(data, tuple(targets), tuple(functions), stages.done)
 
 
-FALLBACK_NOTE = (" (without aggressive fusion: with it iree-compile failed, or made a module "
-                 "that cannot run)")
-
-
-def _fallback_note(flags, tried) -> str:
-    return "" if flags == tried[0] else FALLBACK_NOTE
+IREE_COMPILE = "iree-compile"
+FALLBACK_NOTE = " with default fusion"
+_CACHED_FALLBACK = ("(cached when aggressive fusion failed; cache=False or --no-cache "
+                    "compiles it again and says why)")
 
 
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,
-            name="main", cache=None, on_stage=None) -> Compiled:
+            name="main", cache=None, progress=None) -> Compiled:
     """Compile a function (or an `Exported`, or a list of them) for IREE.
 
     `whilst.compile(f, x)` runs three stages: `export(f, x)`, IREE preparation
@@ -149,7 +129,11 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       name: the function's name when a function is given (a Python identifier).
       cache: None (the default cache directory, `$WHILST_CACHE_DIR`), False (no
         cache) or a directory.
-      on_stage: called as `on_stage(label, seconds)` when each stage finishes.
+      progress: called as `progress(label, seconds, done)` when each stage starts
+        (`done` False), changes what it does (a fallback) and finishes (`done`
+        True, its duration in seconds; a compile cache hit is reported only so).
+        The stages are also logged at INFO level to the `whilst` logger, silent
+        unless the application configures logging.
 
     Returns:
       A `Compiled`; its `stages` lists each stage with its duration.
@@ -158,7 +142,7 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
       whilst.CompileError: iree-compile failed (its diagnostics are kept), or would
         make a module that cannot run (a dispatch over the runtime's binding limit).
     """
-    stages = Stages(on_stage)
+    stages = Stages(progress)
     targets = (target,) if isinstance(target, str) else tuple(target)
     if isinstance(fn_or_export, Exported):
         exports = [fn_or_export]

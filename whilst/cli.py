@@ -29,9 +29,11 @@ examples:
 _COMPILE = """\
 Import FUNCTION from MODULE.py, export it to StableHLO (with --grad, also its
 gradient as a second function FUNCTION_grad in the same module), compile it
-with IREE and write the .vmfb. Prints each stage and how long it took. Compiled
+with IREE and write the .vmfb. Prints each stage and how long it took; on a
+terminal, the running stage and its elapsed time show on stderr as it runs. Compiled
 modules are cached ($WHILST_CACHE_DIR, default ~/.cache/whilst; --no-cache or
-WHILST_CACHE_DIR=off to skip it). Existing files are replaced only with --force.
+WHILST_CACHE_DIR=off to skip it). Existing files are replaced only with --force,
+and only regular files. Outputs are checked before any work.
 
 Argument specs are DTYPE[DIMS]: f32[8,4], i32[] (a scalar), f64, bool[3].
 A name in place of a size is a symbolic dimension, shared by all --arg
@@ -105,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def force_option(p):
         p.add_argument("--force", action="store_true",
-                       help="replace existing output files (never done otherwise)")
+                       help="replace existing output files (never done otherwise; regular "
+                            "files only, never a device, FIFO or directory)")
 
     p = sub.add_parser("compile", help="export and compile a function to a .vmfb",
                        description=_COMPILE, formatter_class=raw)

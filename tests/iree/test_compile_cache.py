@@ -33,7 +33,9 @@ def iree_compile_calls(monkeypatch):
 def test_second_compile_hits_the_cache_and_a_changed_flag_misses(tmp_path, iree_compile_calls):
     args = (np.zeros(2, np.float32), np.int32(0))
     seen = []
-    first = whilst.compile(step, *args, cache=tmp_path, on_stage=lambda *s: seen.append(s))
+    first = whilst.compile(step, *args, cache=tmp_path,
+                           progress=lambda label, seconds, done: done and seen.append(
+                               (label, seconds)))
     assert [label for label, _ in first.stages] == [
         "export main to StableHLO", "prepare for IREE (1 function)",
         "iree-compile for llvm-cpu (host)"]
@@ -78,9 +80,9 @@ def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cach
     monkeypatch.setattr(_iree, "compile_flags", failing_when_aggressive)
     args = (np.zeros(2, np.float32), np.int32(0))
     first = whilst.compile(step, *args, cache=tmp_path)
-    assert first.stages[-1][0] == (
-        "iree-compile for llvm-cpu (host) (without aggressive fusion: with it iree-compile "
-        "failed, or made a module that cannot run)")
+    assert first.stages[-1][0].startswith(
+        "iree-compile for llvm-cpu (host) with default fusion (with aggressive fusion, "
+        "iree-compile failed: iree-compile: Unknown command line argument '--no-such-flag'.")
     n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
     assert int(n) == 3 and list(x) == [4.0, 5.0]
     (entry,) = os.listdir(tmp_path)
@@ -88,8 +90,9 @@ def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cach
     assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
     second = whilst.compile(step, *args, cache=tmp_path)
     assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
-    assert second.stages[-1][0].endswith("(without aggressive fusion: with it iree-compile "
-                                         "failed, or made a module that cannot run)")
+    assert second.stages[-1][0] == (
+        "compile cache hit for llvm-cpu (host) with default fusion (cached when aggressive "
+        "fusion failed; cache=False or --no-cache compiles it again and says why)")
 
 
 def first_text(tmp_path, args):

@@ -554,7 +554,7 @@ def modules():
             if not exports:
                 continue
             module = whilst.compile(exports)
-            assert module.stages[-1][0].endswith(FALLBACK_NOTE) != aggressive, (
+            assert (FALLBACK_NOTE in module.stages[-1][0]) != aggressive, (
                 group, aggressive, module.stages[-1])
             compiled[group, aggressive] = module.load()
     return compiled

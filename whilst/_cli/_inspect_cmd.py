@@ -13,8 +13,10 @@ def main(args, out=print) -> None:
 
     try:
         info = describe(args.module)
-    except (LoadError, FileNotFoundError) as e:
+    except LoadError as e:
         raise CLIError(f"{args.module}: {e}") from None
+    except OSError as e:
+        raise CLIError(str(e)) from None
     seal = ("whilst seal verified (SHA-256)" if info.sealed
             else "no whilst seal (not compiled by whilst); its CRC-32s verified")
     out(f"{args.module}: {info.size / 1024:.1f} KiB, {seal}")

@@ -1,8 +1,8 @@
 """`whilst ir`: the IR of a function (and its gradient) with its While loops."""
 from __future__ import annotations
 
-from whilst._cli._output import write_output
-from whilst._cli._user_fn import run_traced, targets
+from whilst._cli._output import check_output, write_output
+from whilst._cli._user_fn import run_traced, source_path, targets
 
 
 def loop_summary(jaxpr) -> list[str]:
@@ -24,6 +24,9 @@ def main(args, out=print) -> None:
 
     from whilst.lowering import export
 
+    if args.graph:
+        check_output(args.graph, args.force, "--graph", source_path(args.function),
+                     args.function)
     fns, path = targets(args.function, args.arg, args.grad)
     traced = []
     for t in fns:

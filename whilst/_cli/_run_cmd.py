@@ -10,7 +10,8 @@ import numpy as np
 
 from whilst._cli._errors import CLIError
 from whilst._cli._leaves import input_paths
-from whilst._cli._output import output_dir, write_output
+from whilst._cli._output import check_output, output_dir, write_output
+from whilst._files import NotRegularFileError, open_regular
 from whilst.runtime import signature as sig
 
 _OUTPUT = re.compile(r"output_(\d+)\.npy")
@@ -32,7 +33,7 @@ def read_input(path: str) -> np.ndarray:
     fmt = np.lib.format
     how = "save each input with numpy.save(path, array) (one .npy file per input)"
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             if f.read(6) != b"\x93NUMPY":
                 f.seek(0)
                 kind = ("an .npz archive" if f.read(4) == b"PK\x03\x04"
@@ -58,6 +59,8 @@ def read_input(path: str) -> np.ndarray:
             return np.load(f, allow_pickle=False)
     except FileNotFoundError:
         raise CLIError(f"--input {path!r}: no such file.") from None
+    except NotRegularFileError as e:
+        raise CLIError(f"--input {path!r} is a {e.kind}, not a regular file; {how}.") from None
     except ValueError as e:  # a malformed header
         raise CLIError(f"--input {path!r} is not a valid .npy file ({e}); {how}.") from None
     except OSError as e:
@@ -81,8 +84,10 @@ def main(args, out=print) -> None:
 
     try:
         module = load(args.module, driver=args.driver)
-    except (LoadError, FileNotFoundError) as e:
+    except LoadError as e:
         raise CLIError(f"{args.module}: {e}") from None
+    except OSError as e:
+        raise CLIError(str(e)) from None
     fn = choose_function(module, args.function)
     inputs = [read_input(p) for p in args.input or []]
     s = fn.signature
@@ -128,7 +133,8 @@ def _output_files(args, n: int, check_only: bool = False) -> list[str]:
     """`output_0.npy` ... in --output, refusing (without --force) a directory that holds
     any `output_K.npy`; with --force, those beyond the `n` new ones are removed, so no
     stale output of an earlier run is left beside the new ones. `check_only`: refuse
-    before the run, remove nothing."""
+    before the run what could not be written or removed (a FIFO named output_1.npy),
+    remove nothing."""
     if not args.output:
         return []
     directory = output_dir(args.output, "--output")
@@ -137,7 +143,11 @@ def _output_files(args, n: int, check_only: bool = False) -> list[str]:
         raise CLIError(f"--output {directory!r} already holds {', '.join(existing)}; pass "
                        f"--force to replace them, or choose an empty directory.")
     files = [os.path.join(directory, f"output_{k}.npy") for k in range(n)]
-    for name in [] if check_only else existing:
+    if check_only:      # neither written nor removed may be anything but a regular file
+        for path in files + [os.path.join(directory, name) for name in existing]:
+            check_output(path, args.force, "--output")
+        return files
+    for name in existing:
         if int(_OUTPUT.fullmatch(name)[1]) >= n:
             try:
                 os.unlink(os.path.join(directory, name))

@@ -34,16 +34,54 @@ def where(exc: BaseException, path: str | None) -> str:
     return f" (at {os.path.relpath(f.filename)}:{f.lineno} in {f.name})"
 
 
-def load_function(ref: str):
-    """`MODULE.py:FUNCTION` or `package.module:FUNCTION` -> (function, source path)."""
+HOW = "write MODULE.py:FUNCTION (or package.module:FUNCTION), e.g. model.py:loss"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """`MODULE.py:FUNCTION` or `package.module:FUNCTION` -> (module part, function name),
+    checked for form only (nothing is imported)."""
     module_ref, sep, name = ref.rpartition(":")
     if not sep or not module_ref or not name:
-        raise CLIError(f"{ref!r} does not name a function; write MODULE.py:FUNCTION, e.g. "
-                       f"model.py:loss.")
+        raise CLIError(f"{ref!r} does not name a function; {HOW}.")
     if not name.isidentifier():
         raise CLIError(f"{ref!r}: {name!r} is not a Python identifier; FUNCTION must be the "
                        f"plain name of a function defined in {module_ref} (it also names the "
                        f"compiled function and its files).")
+    if module_ref.endswith(".py"):
+        return module_ref, name
+    if os.path.isdir(module_ref):
+        raise CLIError(f"{ref!r}: {module_ref!r} is a directory, not a Python file; {HOW}.")
+    if os.path.exists(module_ref) or os.sep in module_ref or "/" in module_ref:
+        raise CLIError(f"{ref!r}: {module_ref!r} is not a Python file (a name ending in .py); "
+                       f"{HOW}.")
+    if not all(part.isidentifier() for part in module_ref.split(".")):
+        raise CLIError(f"{ref!r}: {module_ref!r} is neither a Python file (MODULE.py) nor a "
+                       f"module name (package.module); {HOW}.")
+    return module_ref, name
+
+
+def function_names(ref: str, grad: str | None) -> list[str]:
+    """The names of the functions exported for `ref` (and its gradient with --grad)."""
+    name = split_ref(ref)[1]
+    return [name] if grad is None else [name, f"{name}_grad"]
+
+
+def source_path(ref: str) -> str | None:
+    """The file that defines `ref`'s function, found without running it (a module's
+    parent packages are imported), or None if there is none yet."""
+    module_ref, _ = split_ref(ref)
+    if module_ref.endswith(".py"):
+        return os.path.abspath(module_ref) if os.path.isfile(module_ref) else None
+    try:
+        spec = importlib.util.find_spec(module_ref)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.has_location else None
+
+
+def load_function(ref: str):
+    """`MODULE.py:FUNCTION` or `package.module:FUNCTION` -> (function, source path)."""
+    module_ref, name = split_ref(ref)
     path = None
     try:
         if module_ref.endswith(".py"):
@@ -64,9 +102,10 @@ def load_function(ref: str):
     except CLIError:
         raise
     except ModuleNotFoundError as e:
-        if path is None and e.name == module_ref:
-            raise CLIError(f"no module {module_ref!r}; give a file path ending in .py or an "
-                           f"importable module name.") from None
+        if path is None and e.name is not None and (module_ref + ".").startswith(e.name + "."):
+            hint = (f"; did you mean {module_ref}.py:{name}?" if os.path.isfile(module_ref + ".py")
+                    else f"; {HOW}, or install the module")
+            raise CLIError(f"no module {module_ref!r} can be imported here{hint}") from None
         raise CLIError(f"importing {module_ref} failed: {type(e).__name__}: {e}"
                        f"{where(e, path)}.") from e
     except Exception as e:
@@ -124,7 +163,7 @@ def targets(ref: str, arg_specs: list[str], grad: str | None):
                        "e.g. --arg 'f32[8,4]' --arg 'i32[]'.")
     specs = [parse_spec(s) for s in arg_specs]
     fn, path = load_function(ref)
-    name = ref.rpartition(":")[2]
+    name, *grad_name = function_names(ref, grad)
     args = to_shape_dtype_structs(specs)
     sig = ", ".join(s.text for s in specs)
     out = [Target(name, fn, args, f"{name}({sig})")]
@@ -147,8 +186,8 @@ def targets(ref: str, arg_specs: list[str], grad: str | None):
         if not jax.numpy.issubdtype(args[n].dtype, np.inexact):
             raise CLIError(f"--grad {grad}: argument {n} is {specs[n].text}; gradients are "
                            f"taken with respect to float arguments only.")
-    out.append(Target(f"{name}_grad", jax.grad(fn, argnums=argnums), args,
-                      f"{name}_grad = jax.grad({name}, argnums={argnums})"))
+    out.append(Target(grad_name[0], jax.grad(fn, argnums=argnums), args,
+                      f"{grad_name[0]} = jax.grad({name}, argnums={argnums})"))
     return out, path
 
 

@@ -143,6 +143,12 @@ def bound_operand(maximum_iterations):
         raise TypeError(f"{what}; found the bool {maximum_iterations!r}. Pass an int.")
     if isinstance(maximum_iterations, numbers.Integral):
         value = operator.index(maximum_iterations)
+    elif isinstance(maximum_iterations, np.generic):
+        raise TypeError(f"{what}; found the {maximum_iterations.dtype} scalar "
+                        f"{maximum_iterations.item()!r}. Pass an int.")
+    elif isinstance(maximum_iterations, numbers.Number):
+        raise TypeError(f"{what}; found the {type(maximum_iterations).__name__} "
+                        f"{maximum_iterations!r}. Pass an int, e.g. math.ceil(...).")
     else:
         try:
             arr = jax.numpy.asarray(maximum_iterations)

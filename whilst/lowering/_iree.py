@@ -32,10 +32,13 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
+import re
+
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
 from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
 from whilst.lowering._iree_dims import (
-    dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, results_with_own_dims)
+    dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, reshapes_as_tensor_reshape,
+    results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops,
@@ -74,6 +77,7 @@ def prepare(exports, targets=None) -> str:
             if dynamic:
                 dims_from_arguments(module)
                 known_broadcast_dims(module)
+                reshapes_as_tensor_reshape(module)
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
@@ -219,7 +223,7 @@ SOURCES_PHASE = "executable-sources"
 
 
 def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
-                   extra_flags=()) -> tuple[bytes, list[str]]:
+                   extra_flags=(), on_fallback=None) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
     gpu_arch)` that makes a module that can run: iree-compile accepts the module and
     no dispatch takes more buffer bindings than the IREE runtime accepts on each of
@@ -227,6 +231,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
+    `on_fallback(reason)` is called before each flag set after the first, with why
+    the one before failed, in one line ("iree-compile failed: ...").
 
     Raises:
       CompileError: no flag set made such a module; IREE's diagnostics, or the
@@ -234,7 +240,9 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     """
     from iree.compiler import tools
 
-    for flags in flag_sets(targets, cpu, gpu_arch):
+    for k, flags in enumerate(flag_sets(targets, cpu, gpu_arch)):
+        if k and on_fallback is not None:
+            on_fallback(reason)
         args = [*flags, *extra_flags]
         try:
             sources = tools.compile_str(text, extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
@@ -242,11 +250,44 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             if error is None:
                 return tools.compile_str(
                     sources, extra_args=[*args, f"--compile-from={SOURCES_PHASE}"]), flags
+            reason = error.split(". ")[0]
         except tools.CompilerToolError as e:
             error = f"iree-compile failed for targets {list(targets)}:\n{e}"
+            reason = f"iree-compile failed: {_first_error(str(e))}"
             if TIMEPOINT_COVERAGE in str(e):
                 error += NESTED_LOOPS_HINT
+            error += _illegal_op_hint(str(e))
     raise CompileError(error) from None
+
+
+def _first_error(diagnostics: str) -> str:
+    """The first error of iree-compile's diagnostics (the message of its first `error:`
+    line, else its first line), in one line of at most 200 characters."""
+    lines = diagnostics.splitlines()
+    if "Diagnostics:" in lines:
+        lines = lines[lines.index("Diagnostics:") + 1:]
+    errors = [line.partition("error: ")[2] for line in lines if "error: " in line]
+    message = (errors or [line.strip() for line in lines if line.strip()] or ["(none)"])[0]
+    return message if len(message) <= 200 else message[:197] + "..."
+
+
+# iree-compile 3.13's diagnostic for StableHLO ops its input conversion does not handle,
+# most of them ops JAX emits for symbolic shapes (`dynamic_gather` for `x[1:]` of an
+# `f32[b]`); whilst rewrites the ones it can (`_iree_dims.reshapes_as_tensor_reshape`).
+_ILLEGAL_OP = re.compile(r"failed to legalize operation '(stablehlo\.[a-z_]+)'")
+
+
+def _illegal_op_hint(diagnostics: str) -> str:
+    found = _ILLEGAL_OP.search(diagnostics)
+    if not found:
+        return ""
+    op = found[1]
+    symbolic = ("JAX emits it for symbolic dimensions, e.g. for slices and gathers of "
+                "symbolic size (x[1:] of an f32[b]); give that argument a static shape "
+                "(--arg 'f32[8]' or jax.ShapeDtypeStruct((8,), jnp.float32)), one module "
+                "per size, or compute without it" if "dynamic" in op else
+                "compute without the JAX operation that emits it")
+    return f"\nIREE 3.13 cannot compile {op!r}: {symbolic}."
 
 
 def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,

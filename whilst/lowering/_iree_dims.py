@@ -91,6 +91,19 @@ def known_broadcast_dims(module) -> None:
         op.attributes["known_nonexpanding_dimensions"] = ir.DenseI64ArrayAttr.get(nonexpanding)
 
 
+def reshapes_as_tensor_reshape(module) -> None:
+    """Each `stablehlo.dynamic_reshape` becomes a `tensor.reshape` of the same operand
+    to the same shape operand (both in row-major order): IREE 3.13 rejects the
+    former ("failed to legalize operation") and compiles the latter."""
+    from iree.compiler import ir
+
+    for op in ops_where(module, lambda op: op.name == "stablehlo.dynamic_reshape"):
+        with ir.InsertionPoint(op), op.location:
+            reshaped = _create("tensor.reshape", op.results[0].type, op.operands)
+        op.results[0].replace_all_uses_with(reshaped)
+        op.erase()
+
+
 def results_with_own_dims(module) -> None:
     """Return each dynamically shaped result `r` of a public function as
     `identity + r` with dimensions of its own (see the module docstring)."""

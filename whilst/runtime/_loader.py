@@ -289,7 +289,8 @@ def load(path_or_bytes, driver: str = "local-sync") -> Module:
     Raises:
       LoadError: the module is truncated or corrupted, or cannot run with
         `driver` (the message lists the available drivers and the module's targets).
-      FileNotFoundError: the path cannot be read.
+      OSError: the path cannot be opened (FileNotFoundError), or is not a regular
+        file of at most 4 GiB.
     """
     if driver not in DRIVERS:
         raise ValueError(f"load: driver must be one of {DRIVERS}; found {driver!r}.")

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 
+from whilst._files import FileTooLargeError, NotRegularFileError, read_regular
 from whilst.runtime import signature as sig
 from whilst.runtime._errors import LoadError
 from whilst.runtime._zip_check import check_crcs
@@ -17,14 +18,28 @@ from whilst.runtime.seal import is_sealed, unseal
 from whilst.runtime.targets import validate_metadata
 
 
+# The largest `.vmfb` file read: enough for any module whilst compiles, and a bound
+# on what a damaged or hostile path can make the reader allocate.
+MODULE_SIZE_LIMIT = 4 << 30
+
+
 def read_bytes(path_or_bytes) -> bytes:
-    """The bytes of a module given as a path (str or os.PathLike) or as bytes."""
+    """The bytes of a module given as a path (str or os.PathLike) or as bytes.
+
+    Raises:
+      OSError: the path cannot be read, or is not a regular file of at most
+        MODULE_SIZE_LIMIT bytes (FileNotFoundError when it cannot be opened).
+    """
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return bytes(path_or_bytes)
     if isinstance(path_or_bytes, (str, os.PathLike)):
         try:
-            with open(path_or_bytes, "rb") as f:
-                return f.read()
+            return read_regular(path_or_bytes, MODULE_SIZE_LIMIT)
+        except NotRegularFileError as e:
+            raise NotRegularFileError(path_or_bytes, e.kind,
+                                      "give the path of a .vmfb file.") from None
+        except FileTooLargeError:
+            raise
         except OSError as e:
             raise FileNotFoundError(f"cannot read module {os.fspath(path_or_bytes)!r}: "
                                     f"{e.strerror}.") from None
@@ -83,7 +98,7 @@ def describe(path_or_bytes) -> ModuleInfo:
 
     Raises:
       LoadError: the module is not a valid, intact `.vmfb`.
-      FileNotFoundError: the path cannot be read.
+      OSError: the path cannot be read (see `read_bytes`).
     """
     data = read_bytes(path_or_bytes)
     return info(data, parse_module(data))
