@@ -25,9 +25,8 @@ MAX_UNROLL = 64
 # every n; 32: where it ends before its first full iteration), 8 and 16 are right
 # (iree_limits/gpu_pick_reduction.py, H100).
 MAX_GPU_UNROLL = 16
-# Scans in exported bodies unroll less: the Newton sample's jacrev (64-step scans)
-# ran in 7.9 / 2.9 / 2.6 / 2.8 ms with scan steps unrolled 1 / 8 / 16 / 64 times,
-# for an iree-compile of 2.0 / 2.9 / 4.0 / 10.5 s.
+# Scans in exported bodies unroll less: past 8 steps, iree-compile's time grows
+# faster than the run time falls (the Newton sample, `bench/NOTES.md`).
 MAX_SCAN_UNROLL = 8
 # Equations of the emitted body (k copies of cond and body) that automatic
 # unrolling aims to stay below: iree-compile's time grows with them. The ODE

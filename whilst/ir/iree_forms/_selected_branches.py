@@ -19,8 +19,8 @@ as `jax.vmap` makes them for a batched index: every action runs each step,
 which the schedule allows (each branch steps from valid state). Conds of the
 user's body, in the reverse step's vjp, stay conds (an untaken branch of theirs
 need not be safe to run). First-order gradients keep the branches: on IREE a
-host branch costs one read back, and running the body's vjp in every step of
-them cost 1.2-1.5x.
+host branch costs one read back, less than running the body's vjp in every step
+(`iree_limits/README.md`, "Branches in a loop").
 """
 from __future__ import annotations
 

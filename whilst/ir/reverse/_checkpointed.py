@@ -290,13 +290,10 @@ def checkpointed_linear_while_transpose(cts, *operands, body_jaxpr, checkpoints,
     (vmap, where the switch becomes a select) evaluates the body once per
     iteration, and stores from that step. The one for XLA:CPU evaluates in each
     branch what its action needs, the body in the two that advance and its vjp in
-    the reverse one, and stores the switch's new carry. (The portable form costs
-    the body and its vjp's residuals every iteration, and XLA:CPU fuses a second
-    copy of the body into the store: 1.1-1.2x equinox's time at K = 90 in
-    bench/checkpoint_table.py. The other form cost IREE's local-sync driver 2-12%
-    more time, once 28%, running its branches from the host.) Batched, XLA's CSE
-    merges the body evaluations of the branches. A body with effects keeps the
-    portable form."""
+    the reverse one, and stores the switch's new carry (the portable form costs the
+    body and its vjp's residuals every iteration on XLA:CPU; the other costs IREE a
+    host branch: `bench/NOTES.md`). Batched, XLA's CSE merges the body evaluations
+    of the branches. A body with effects keeps the portable form."""
     K = checkpoints
     n, pos, slots, consts, dconsts, dcarry = _split_linear_operands(
         operands, body_jaxpr, const_nz, carry_nz)
