@@ -10,7 +10,7 @@ import pytest
 # Files whose every test compiles or loads IREE modules; elsewhere, tests named
 # for IREE (`..._iree_...`).
 IREE_FILES = {"test_cli.py", "test_cli_files.py", "test_compile_cache.py",
-              "test_damaged_modules.py", "test_inputs.py", "test_iree.py",
+              "test_damaged_modules.py", "test_drivers.py", "test_inputs.py", "test_iree.py",
               "test_iree_corpus.py", "test_runtime.py", "test_samples.py"}
 SLOW_FILES = {"test_iree_corpus.py", "test_samples.py"}
 

@@ -44,6 +44,7 @@ from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops,
     whilst_loops_carry_booleans)
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
+from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_loop_results import loop_results_fenced
 from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
@@ -184,7 +185,7 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
     # in the user's program, so IREE's warning about it is off.
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}",
              "--iree-global-opt-enable-warn-on-uninitialized-values=false", NO_CONST_EVAL,
-             f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
+             *KEEP_64_BITS, f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
     if len(targets) > 1:
         flags.append("--iree-hal-link-executables=false")
     for t in targets:
@@ -205,7 +206,11 @@ def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
     """The `compile_flags` that `compile_module` tries, in order: with aggressive
     fusion first, then without it. On a GPU each dispatch is a kernel launch, and
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
-    34 -> 7 per iteration for cuda)."""
+    34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
+    int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
+    from those (`_iree_narrow_types`)."""
+    if "vulkan-spirv" in targets:
+        return [compile_flags(targets, cpu, gpu_arch)]
     return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True),
             compile_flags(targets, cpu, gpu_arch)]
 
@@ -260,6 +265,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             error = f"iree-compile failed for targets {list(targets)}:\n{e}"
             if TIMEPOINT_COVERAGE in str(e):
                 error += NESTED_LOOPS_HINT
+            error += float64_hint(str(e), targets)
     raise CompileError(error) from None
 
 

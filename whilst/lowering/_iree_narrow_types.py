@@ -19,9 +19,18 @@ as zeros, a boolean computed in one dispatch and read in another is lost
   other narrow types (int8, int16, their unsigned forms, float16, bfloat16) pass
   as int32 or float32 (`WIDER`), converted inside; `stored_dtypes` records each
   leaf's type as passed in its signature (`"stored"`), which the runtime follows.
+* IREE 3.13's aggressive dispatch fusion computes wrong values from such int32
+  booleans (the gradient of a vmapped loop, `jax.grad(lambda xs, ns:
+  jax.vmap(f)(xs, ns).sum())`, gave one example's gradient as if its loop had not
+  run, on llvm-cpu as on Vulkan, while XLA runs the same StableHLO right;
+  `bench/iree_limits/aggressive_fusion_int32_booleans.py`): modules for Vulkan are
+  compiled with IREE's default fusion (`whilst.lowering.flag_sets`).
 * `narrow_buffers` finds the dispatches of a compiled module that still read or
-  write 8- or 16-bit buffers (values of those types that IREE stores between
-  dispatches): such a module is refused for a Vulkan target without that storage.
+  write 8- or 16-bit buffers of values of those types that IREE stores between
+  dispatches: such a module is refused for a Vulkan target without that storage.
+  Booleans IREE itself stores as i8 (a loop test it reads back, computed from
+  int32 0s and 1s) are not counted: those land in larger allocations and are
+  read right (the test corpus's loops run on lavapipe).
 """
 from __future__ import annotations
 
@@ -80,6 +89,7 @@ def _rewrite_block(block, i32, booleans) -> None:
                 needs_boolean = {0}
         else:
             needs_boolean = set(range(len(op.operands)))
+            _captured_booleans_restored(op, booleans)
         for k in needs_boolean:
             value = op.operands[k]
             if value in booleans:
@@ -100,6 +110,23 @@ def _rewrite_block(block, i32, booleans) -> None:
                         wide = _convert(result, i32)
                     result.replace_all_uses_except(wide, wide.owner.operation)
                     booleans.add(wide)
+
+
+def _captured_booleans_restored(op, booleans) -> None:
+    """The ops inside the regions of `op` (left as it is) that read a boolean of an
+    enclosing region read it as a boolean again, converted before `op`."""
+    from iree.compiler import ir
+
+    from whilst.lowering._ir_walk import ops_where
+
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in [o for top in block.operations
+                          for o in ops_where(top, lambda o: True)]:
+                for k, value in enumerate(list(inner.operands)):
+                    if value in booleans:
+                        with ir.InsertionPoint(op), op.location:
+                            inner.operands[k] = _convert(value, ir.IntegerType.get_signless(1))
 
 
 def _is_test_region(op) -> bool:
@@ -134,13 +161,21 @@ def _is_boolean_tensor(type_) -> bool:
 
 
 def _convert(value, element):
-    """`stablehlo.convert` of `value` to `element` (at the current insertion point):
-    to i1 it is `value != 0`, from i1 it gives 0 or 1."""
+    """`value` converted to `element` (at the current insertion point): to i1 it is
+    `value != 0` (a compare where the shape is static: IREE 3.13 turns a select
+    of a scalar converted to i1 into an op it cannot compile), from i1 0 or 1."""
     from iree.compiler import ir
 
     shaped = ir.RankedTensorType(value.type)
     result = ir.RankedTensorType.get(shaped.shape, element, shaped.encoding)
-    return ir.Operation.create("stablehlo.convert", results=[result], operands=[value]).result
+    if not _is_boolean_tensor(result) or not shaped.has_static_shape:
+        return ir.Operation.create("stablehlo.convert", results=[result], operands=[value]).result
+    zero = ir.Operation.create("stablehlo.constant", results=[shaped], attributes={
+        "value": ir.DenseElementsAttr.get_splat(shaped, ir.IntegerAttr.get(shaped.element_type, 0))})
+    return ir.Operation.create(
+        "stablehlo.compare", results=[result], operands=[value, zero.result],
+        attributes={"comparison_direction": ir.Attribute.parse("#stablehlo<comparison_direction NE>")}
+    ).result
 
 
 def _update_function_type(func) -> None:
@@ -154,7 +189,10 @@ def _update_function_type(func) -> None:
 
 def narrow_arguments_widened(func) -> None:
     """Public function `func` takes and returns its int8, int16, uint8, uint16,
-    float16 and bfloat16 arrays as the `WIDER` type, converted on entry and exit."""
+    float16 and bfloat16 arrays as the `WIDER` type, converted on entry and exit.
+    An argument's conversions to other types (`x.astype(jnp.float32)`) read the
+    wide value itself, which holds the same number: IREE 3.13 makes a dispatch of
+    each narrowing conversion and stores its result."""
     from iree.compiler import ir
 
     entry = func.regions[0].blocks[0]
@@ -168,6 +206,11 @@ def narrow_arguments_widened(func) -> None:
         with ir.InsertionPoint(first), first.location:
             inside = ir.Operation.create("stablehlo.convert", results=[narrow], operands=[arg])
         arg.replace_all_uses_except(inside.result, inside)
+        for use in list(inside.result.uses):
+            if use.owner.name == "stablehlo.convert":
+                use.owner.operands[0] = arg
+        if not list(inside.result.uses):
+            inside.erase()
     ret = list(entry.operations)[-1].operation
     for k, value in enumerate(list(ret.operands)):
         wide = _wider(value.type)
@@ -235,11 +278,38 @@ def narrow_buffers(sources: str | bytes) -> dict[str, list[str]]:
                 types = set()
                 for op in ops_where(func, lambda op: op.name == "hal.interface.binding.subspan"):
                     match = re.search(r"tensor<(?:[?\dx]*x)?(\w+)>", str(op.results[0].type))
-                    if match and match.group(1) in NARROW_ELEMENTS:
+                    if (match and match.group(1) in NARROW_ELEMENTS
+                            and not _holds_booleans(op.results[0])):
                         types.add(match.group(1))
                 if types:
                     found[name] = sorted(types)
     return found
+
+
+def _holds_booleans(binding) -> bool:
+    """Whether a dispatch's i8 binding holds booleans: every value stored to it
+    is widened from i1 (`arith.extui`), every value loaded from it narrowed to i1."""
+    uses = [use.owner for use in binding.uses]
+    for user in uses:
+        if user.name == "iree_tensor_ext.dispatch.tensor.store":
+            widen = user.operands[0].owner
+            if getattr(widen, "name", None) != "arith.extui" or not _is_i1(widen.operands[0]):
+                return False
+        elif user.name == "iree_tensor_ext.dispatch.tensor.load":
+            if not all(use.owner.name == "arith.trunci" and _is_i1(use.owner.results[0])
+                       for use in user.results[0].uses):
+                return False
+        else:
+            return False
+    return bool(uses)
+
+
+def _is_i1(value) -> bool:
+    from iree.compiler import ir
+
+    type_ = value.type
+    element = type_.element_type if isinstance(type_, ir.ShapedType) else type_
+    return isinstance(element, ir.IntegerType) and element.width == 1
 
 
 def narrow_buffers_error(found: dict[str, list[str]]) -> str | None:
