@@ -248,7 +248,8 @@ class Module:
         that several calls share (stored as this module's functions take its dtype)."""
         arr = convert_untyped(array, "array")
         stored = self._stored_as.get(arr.dtype, arr.dtype)
-        return DeviceArray(self.device, to_device(self.device, arr.astype(stored)), arr.dtype)
+        return DeviceArray(self.device, to_device(self.device, arr.astype(stored, copy=False)),
+                           arr.dtype)
 
     def __getitem__(self, name) -> Function:
         try:
