@@ -85,15 +85,21 @@ def bench_program():
     return jax.grad(loss, argnums=(0, 1)), problem(128)
 
 
+def exported(n=128):
+    """`{name: (fn, export args, call args)}`: the functions `run` exports and calls."""
+    A, b = problem(n)
+    return {"solve": (conjugate_gradient, (A, b), (A, b)), "loss": (loss, (A, b), (A, b)),
+            "loss_grad": (jax.grad(loss, argnums=(0, 1)), (A, b), (A, b))}
+
+
 def run(n=128, figure=None):
     """Export, compile, run on IREE and compare with JAX; returns the numbers."""
     A, b = problem(n)
     grad = jax.grad(loss, argnums=(0, 1))
     stages = Stages()
     with stages("trace + export to StableHLO"):
-        exports = [whilst.export(conjugate_gradient, A, b, name="solve"),
-                   whilst.export(loss, A, b, name="loss"),
-                   whilst.export(grad, A, b, name="loss_grad")]
+        exports = [whilst.export(fn, *args, name=name)
+                   for name, (fn, args, _) in exported(n).items()]
     with stages("IREE compile (llvm-cpu, host)"):
         compiled = whilst.compile(exports, target="llvm-cpu")
     with stages("load + first call on the IREE runtime"):

@@ -118,6 +118,17 @@ def bench_program(hidden=32, batch_size=64, max_length=20):
             (*weights, *batch(rng, batch_size, max_length)))
 
 
+def exported(hidden=32, batch_size=64, max_length=20):
+    """`{name: (fn, export args, call args)}`: the functions `run` exports, called
+    with its first batch."""
+    rng = np.random.default_rng(0)
+    weights = init_weights(rng, hidden)
+    first_batch = batch(rng, batch_size, max_length)
+    args = (*weights, *first_batch)
+    return {"train_step": (jax.value_and_grad(loss, argnums=(0, 1, 2)), args, args),
+            "predict": (predict, args[:-1], args[:-1])}
+
+
 def run(hidden=32, batch_size=64, max_length=20, train_steps=300, figure=None):
     """Export, compile, check the first step against the oracle, then train on IREE."""
     rng = np.random.default_rng(0)
@@ -127,8 +138,8 @@ def run(hidden=32, batch_size=64, max_length=20, train_steps=300, figure=None):
     train_step = jax.value_and_grad(loss, argnums=(0, 1, 2))
     stages = Stages()
     with stages("trace + export to StableHLO"):
-        exports = [whilst.export(train_step, *weights, *first_batch, name="train_step"),
-                   whilst.export(predict, *weights, *first_batch[:2], name="predict")]
+        exports = [whilst.export(fn, *args, name=name) for name, (fn, args, _)
+                   in exported(hidden, batch_size, max_length).items()]
     with stages("IREE compile (llvm-cpu, host)"):
         compiled = whilst.compile(exports, target="llvm-cpu")
     with stages("load + first call on the IREE runtime"):

@@ -106,6 +106,14 @@ def bench_program(n=64, lam=3.2, s=1.0):
     return (jax.jacrev(lambda theta: root(theta, n)), (np.array([lam, s], np.float32),))
 
 
+def exported(n=64, lams=(0.5, 1.5, 2.5, 3.0, 3.2), s=1.0):
+    """`{name: (fn, export args, call args)}`: the functions `run` exports and calls."""
+    theta = np.array([lams[-1], s], np.float32)
+    thetas = np.array([[lam, s] for lam in lams], np.float32)
+    return {"solve_batch": (jax.vmap(lambda theta: solve(theta, n)), (thetas,), (thetas,)),
+            "root_jacobian": (jax.jacrev(lambda theta: root(theta, n)), (theta,), (theta,))}
+
+
 def run(n=64, lams=(0.5, 1.5, 2.5, 3.0, 3.2), s=1.0, figure=None):
     """Export, compile, run on IREE and compare with JAX; returns the numbers."""
     theta = np.array([lams[-1], s], np.float32)
@@ -115,8 +123,8 @@ def run(n=64, lams=(0.5, 1.5, 2.5, 3.0, 3.2), s=1.0, figure=None):
     jacobian = jax.jacrev(lambda theta: root(theta, n))
     stages = Stages()
     with stages("trace + export to StableHLO"):
-        exports = [whilst.export(solve_batch, thetas, name="solve_batch"),
-                   whilst.export(jacobian, theta, name="root_jacobian")]
+        exports = [whilst.export(fn, *args, name=name)
+                   for name, (fn, args, _) in exported(n, lams, s).items()]
     with stages("IREE compile (llvm-cpu, host)"):
         compiled = whilst.compile(exports, target="llvm-cpu")
     with stages("load + first call on the IREE runtime"):

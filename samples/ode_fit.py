@@ -149,17 +149,27 @@ def bench_program():
     return jax.value_and_grad(loss), (start, Y0, t_obs, y_obs)
 
 
+def exported(n_obs=20):
+    """`{name: (fn, export args, call args)}`: the functions `run` exports (`solve`
+    for any number of output times) and its first calls."""
+    t_obs, y_obs = observations(n_obs)
+    start = np.log(TRUE_PARAMS * np.array([0.7, 0.7, 1.4, 1.4], np.float32))
+    any_number_of_times = jax.ShapeDtypeStruct(jax.export.symbolic_shape("k"), np.float32)
+    args = (start, Y0, t_obs, y_obs)
+    return {"loss_and_grad": (jax.value_and_grad(loss), args, args),
+            "solve": (solve, (start, Y0, any_number_of_times), (start, Y0, t_obs))}
+
+
 def run(n_obs=20, train_steps=400, figure=None):
     """Export, compile, check the first gradient against JAX, then fit on IREE."""
     t_obs, y_obs = observations(n_obs)
     t_plot = np.linspace(0.0, 15.0, 301)[1:].astype(np.float32)
     start = np.log(TRUE_PARAMS * np.array([0.7, 0.7, 1.4, 1.4], np.float32))
     value_and_grad = jax.value_and_grad(loss)
-    any_number_of_times = jax.ShapeDtypeStruct(jax.export.symbolic_shape("k"), np.float32)
     stages = Stages()
     with stages("trace + export to StableHLO"):
-        exports = [whilst.export(value_and_grad, start, Y0, t_obs, y_obs, name="loss_and_grad"),
-                   whilst.export(solve, start, Y0, any_number_of_times, name="solve")]
+        exports = [whilst.export(fn, *args, name=name)
+                   for name, (fn, args, _) in exported(n_obs).items()]
     with stages("IREE compile (llvm-cpu, host)"):
         compiled = whilst.compile(exports, target="llvm-cpu")
     with stages("load + first call on the IREE runtime"):

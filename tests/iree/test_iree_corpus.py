@@ -1,6 +1,7 @@
 """IREE conformance corpus: the loop programs of the forward, gradient, vmap, nested,
 checkpoint and unroll tests, compiled by IREE (llvm-cpu) and run by the embedded
-runtime, against plain-Python / numpy loops or `jax.grad` of the unrolled loop.
+runtime on local-sync and local-task, against plain-Python / numpy loops or
+`jax.grad` of the unrolled loop (tests/runtime/test_drivers.py runs them on vulkan).
 
 Programs are grouped into a few modules (one iree-compile each); small sizes keep
 the file fast. Every program runs; one that IREE 3.13 cannot compile must be
@@ -540,10 +541,14 @@ WITHOUT_AGGRESSIVE_FUSION = {
 }
 
 
+DRIVERS = ("local-sync", "local-task")
+
+
 @pytest.fixture(scope="module")
 def modules():
-    """One compiled module per group of programs that IREE runs and per fusion setting
-    (`{(group, aggressive): module}`); each module's fusion is checked on the way."""
+    """One compiled module per group of programs that IREE runs and per fusion setting,
+    loaded on each driver (`{(group, aggressive, driver): module}`); each module's
+    fusion is checked on the way."""
     from whilst._compile import FALLBACK_NOTE
 
     compiled = {}
@@ -556,7 +561,8 @@ def modules():
             module = whilst.compile(exports)
             assert (FALLBACK_NOTE in module.stages[-1][0]) != aggressive, (
                 group, aggressive, module.stages[-1])
-            compiled[group, aggressive] = module.load()
+            for driver in DRIVERS:
+                compiled[group, aggressive, driver] = module.load(driver)
     return compiled
 
 
@@ -568,10 +574,11 @@ def assert_tree_close(got, want, rtol):
                                    rtol=rtol, atol=1e-5)
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("group, case", [(g, c) for g, cs in GROUPS.items() for c in cs],
                          ids=[c.name for cs in GROUPS.values() for c in cs])
-def test_runs_on_iree_like_the_oracle(modules, group, case):
-    run = modules[group, case.name not in WITHOUT_AGGRESSIVE_FUSION][case.name]
+def test_runs_on_iree_like_the_oracle(modules, group, case, driver):
+    run = modules[group, case.name not in WITHOUT_AGGRESSIVE_FUSION, driver][case.name]
     for args in [case.args, *case.more_args]:
         assert_tree_close(run(*args), case.want(*args), case.rtol)
 

@@ -33,10 +33,10 @@ def main(args, out=print) -> None:
         in_paths = input_paths(s)
         out("  inputs (one --input .npy each, in this order):")
         for k, (p, a) in enumerate(zip(in_paths, s["input_avals"])):
-            out(f"    {k}  {p:<20} {sig.format_aval(a)}")
+            out(f"    {k}  {p:<20} {sig.format_aval(a)}{_passed_as(a)}")
         out("  outputs:")
         for k, (p, a) in enumerate(zip(leaf_paths(s["outputs"], "result"), s["output_avals"])):
-            out(f"    {k}  {p:<20} {sig.format_aval(a)}")
+            out(f"    {k}  {p:<20} {sig.format_aval(a)}{_passed_as(a)}")
         dims = describe_dims(s)
         if dims:
             out(f"  symbolic dimensions: {', '.join(dims)} (any size >= 1, the same size "
@@ -46,3 +46,10 @@ def main(args, out=print) -> None:
                f"--function={name}", *files]
         out("  equivalent iree-run-module command line:")
         out("    " + " ".join(shlex.quote(c) for c in cmd))
+
+
+def _passed_as(aval) -> str:
+    """What a leaf the module passes as another dtype says (`iree-run-module` takes and
+    gives that dtype; `whilst run` converts)."""
+    stored = sig.stored_dtype(aval)
+    return "" if stored == aval["dtype"] else f"  (passed as {stored})"

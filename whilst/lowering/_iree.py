@@ -15,6 +15,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     results computed before a loop are returned through a copy made after it
     (`_iree_loops.results_after_loops`), as are results computed from
     constants alone (`_iree_loops.constant_results_copied`);
+  * every loop's results pass an optimization barrier, so that IREE never frees
+    the initial values a loop that ran no iteration returns
+    (`_iree_loop_results`);
   * each public function gets `stream.affinity = #hal.device.affinity<@__device_0>`:
     without it IREE cannot tell where loop-carried values live and copies every
     loop-carried buffer on every iteration (research/iree-inplace, fact 1);
@@ -43,6 +46,13 @@ from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops,
     whilst_loops_carry_booleans)
+from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
+from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
+from whilst.lowering._iree_loop_results import loop_results_fenced
+from whilst.lowering._iree_narrow_types import (
+    booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
+    stored_dtypes)
+from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -85,9 +95,15 @@ def prepare(exports, targets=None) -> str:
             constant_results_copied(module)
             if dynamic:
                 results_with_own_dims(module)
+            loop_results_fenced(module)
+            if vulkan:
+                booleans_as_int32(module)
             for op in public_functions(module):
+                if vulkan:
+                    narrow_arguments_widened(op)
                 op.attributes["stream.affinity"] = ir.Attribute.parse(AFFINITY)
-                reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(exp.signature))}
+                signature = stored_dtypes(exp.signature, op)
+                reflection = {REFLECTION_KEY: ir.StringAttr.get(dumps(signature))}
                 if targets is not None:
                     reflection[TARGETS_KEY] = ir.StringAttr.get(dumps(targets))
                 op.attributes["iree.reflection"] = ir.DictAttr.get(reflection)
@@ -173,14 +189,14 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
     # in the user's program, so IREE's warning about it is off.
     flags = ["--iree-input-type=stablehlo", f"--iree-hal-target-device={devices}",
              "--iree-global-opt-enable-warn-on-uninitialized-values=false", NO_CONST_EVAL,
-             f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
+             *KEEP_64_BITS, f"{AGGRESSIVE_FUSION}={str(bool(aggressive_fusion)).lower()}"]
     if len(targets) > 1:
         flags.append("--iree-hal-link-executables=false")
     for t in targets:
         arch = _gpu_arch(t, gpu_arch)
         if t == "llvm-cpu":
             flags += ["--iree-hal-local-target-device-backends=llvm-cpu",
-                      f"--iree-llvmcpu-target-cpu={cpu}"]
+                      f"--iree-llvmcpu-target-cpu={cpu}", DIRECT_BINDINGS]
         elif t == "cuda":
             flags.append(f"--iree-cuda-target={arch}")
         elif t == "rocm":
@@ -194,7 +210,11 @@ def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
     """The `compile_flags` that `compile_module` tries, in order: with aggressive
     fusion first, then without it. On a GPU each dispatch is a kernel launch, and
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
-    34 -> 7 per iteration for cuda)."""
+    34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
+    int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
+    from those (`_iree_narrow_types`)."""
+    if "vulkan-spirv" in targets:
+        return [compile_flags(targets, cpu, gpu_arch)]
     return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True),
             compile_flags(targets, cpu, gpu_arch)]
 
@@ -226,8 +246,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                    extra_flags=(), on_fallback=None) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
     gpu_arch)` that makes a module that can run: iree-compile accepts the module and
-    no dispatch takes more buffer bindings than the IREE runtime accepts on each of
-    `targets` (`_iree_bindings`). Returns `(vmfb bytes, that flag set)`.
+    `cannot_run` finds nothing against it. Returns `(vmfb bytes, that flag set)`.
 
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
@@ -235,8 +254,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     the one before failed, in one line ("iree-compile failed: ...").
 
     Raises:
-      CompileError: no flag set made such a module; IREE's diagnostics, or the
-        dispatches over the binding limit, for the last one.
+      CompileError: no flag set made such a module; IREE's diagnostics, or what
+        `cannot_run` found, for the last one.
     """
     from iree.compiler import tools
 
@@ -246,7 +265,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
         args = [*flags, *extra_flags]
         try:
             sources = tools.compile_str(text, extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
-            error = too_many_bindings(binding_counts(sources), targets)
+            error = cannot_run(sources, targets)
             if error is None:
                 return tools.compile_str(
                     sources, extra_args=[*args, f"--compile-from={SOURCES_PHASE}"]), flags
@@ -256,7 +275,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             reason = f"iree-compile failed: {_first_error(str(e))}"
             if TIMEPOINT_COVERAGE in str(e):
                 error += NESTED_LOOPS_HINT
-            error += _illegal_op_hint(str(e))
+            error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
     raise CompileError(error) from None
 
 
@@ -288,6 +307,19 @@ def _illegal_op_hint(diagnostics: str) -> str:
                 "per size, or compute without it" if "dynamic" in op else
                 "compute without the JAX operation that emits it")
     return f"\nIREE 3.13 cannot compile {op!r}: {symbolic}."
+
+
+def cannot_run(sources, targets) -> str | None:
+    """Why the module at iree-compile's executable-sources phase `sources` cannot
+    run (right) on each of `targets`, or None: a dispatch over the runtime's
+    bindings (`_iree_bindings`) and, for Vulkan, over the push constants every
+    device accepts (`_iree_push_constants`) or binding 8- or 16-bit buffers
+    (`_iree_narrow_types`)."""
+    error = too_many_bindings(binding_counts(sources), targets)
+    if error is None and "vulkan-spirv" in targets:
+        error = (too_many_push_constants(push_constant_counts(sources))
+                 or narrow_buffers_error(narrow_buffers(sources)))
+    return error
 
 
 def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,

@@ -34,10 +34,13 @@ class Function:
         self._module = module
         self.name = name
         self.signature = signature
-        # Per input leaf, what every call checks against: (dtype, shape, written form).
+        # Per input leaf, what every call checks against: (dtype, shape, written form),
+        # and the dtype the module takes it as (`signature.stored_dtype`).
         self._leaf_specs = None if signature is None else [
             (np.dtype(aval["dtype"]), tuple(aval["shape"]), sig.format_aval(aval))
             for aval in signature["input_avals"]]
+        self._stored = None if signature is None else [
+            np.dtype(sig.stored_dtype(aval)) for aval in signature["input_avals"]]
         # The numpy dtype of each output (None: the buffer's own, without a signature).
         self._output_dtypes = None if signature is None else [
             np.dtype(aval["dtype"]) for aval in signature["output_avals"]]
@@ -109,10 +112,10 @@ class Function:
                              f"{sig.describe_tree(s['inputs'], s['input_avals'])}: {e}") from None
         bindings: dict[str, tuple[int, str]] = {}
         flat = []
-        for (path, value), aval, (dtype, shape, written) in zip(leaves, s["input_avals"],
-                                                                self._leaf_specs):
+        for (path, value), aval, (dtype, shape, written), stored in zip(
+                leaves, s["input_avals"], self._leaf_specs, self._stored):
             if self._on_device(value, f"{self.name}: {path}"):
-                if value.dtype != dtype:
+                if value.dtype != dtype or raw_dtype(value.buffer_view) != stored:
                     raise ValueError(f"{self.name}: {path} is a DeviceArray of dtype "
                                      f"{value.dtype}, but the module expects {written}; "
                                      f"DeviceArrays are not converted: pass a numpy array.")
@@ -123,7 +126,7 @@ class Function:
             arr = convert(value, dtype, f"{self.name}: {path}", written)
             if arr.shape != shape:  # symbolic dims never compare equal: checked below
                 self._check_shape(path, arr.shape, aval, bindings)
-            flat.append(arr)
+            flat.append(arr if stored == dtype else arr.astype(stored))
         return flat
 
     def _on_device(self, value, path) -> bool:
@@ -209,6 +212,10 @@ class Module:
                           for name, signature in self.info.functions.items()}
         self._vm_functions = {name: self._vm_module.lookup_function(name)
                               for name in self.functions}
+        # dtype -> the dtype this module's functions take and return it as.
+        self._stored_as = {np.dtype(aval["dtype"]): np.dtype(sig.stored_dtype(aval))
+                           for s in self.info.functions.values() if s is not None
+                           for aval in (*s["input_avals"], *s["output_avals"])}
 
     def _invoke(self, name, flat, dtypes, host: bool) -> list:
         """Call `name` with the input leaves `flat`; its outputs as numpy arrays of
@@ -238,9 +245,11 @@ class Module:
 
     def to_device(self, array) -> DeviceArray:
         """A copy of a numpy array (or number) on this module's device, for inputs
-        that several calls share."""
+        that several calls share (stored as this module's functions take its dtype)."""
         arr = convert_untyped(array, "array")
-        return DeviceArray(self.device, to_device(self.device, arr), arr.dtype)
+        stored = self._stored_as.get(arr.dtype, arr.dtype)
+        return DeviceArray(self.device, to_device(self.device, arr.astype(stored, copy=False)),
+                           arr.dtype)
 
     def __getitem__(self, name) -> Function:
         try:

@@ -13,7 +13,10 @@ where <tree> describes a pytree: `{"leaf": null}`, `{"none": null}`,
 (keys sorted, as JAX flattens them) or
 `{"namedtuple": {"name": N, "fields": [...], "values": [...]}}`.
 Dimensions are ints, or strings for symbolic dimensions. `inputs` is a tuple with
-one entry per positional argument; `arg_names` (optional) names them.
+one entry per positional argument; `arg_names` (optional) names them. An aval may
+say that the module takes or returns the leaf as another dtype, `"stored":
+"int32"` (a bool leaf of a Vulkan module, `whilst.lowering._iree_narrow_types`);
+callers convert to and from it.
 """
 from __future__ import annotations
 
@@ -159,6 +162,11 @@ DTYPE_NAMES = {
 _SHORT = {v: k for k, v in DTYPE_NAMES.items()}
 
 
+def stored_dtype(aval: dict) -> str:
+    """The dtype name the module passes an aval's leaf as (its own, unless `stored`)."""
+    return aval.get("stored", aval["dtype"])
+
+
 def format_aval(aval: dict) -> str:
     dims = ",".join(str(d) for d in aval["shape"])
     return f"{_SHORT.get(aval['dtype'], aval['dtype'])}[{dims}]"
@@ -234,6 +242,8 @@ def _validate_aval(aval) -> None:
     _expect(isinstance(aval, dict) and isinstance(aval.get("shape"), list)
             and isinstance(aval.get("dtype"), str) and aval["dtype"].isidentifier(),
             "an aval {shape, dtype} with a dtype name", aval)
+    stored = aval.get("stored", aval["dtype"])
+    _expect(isinstance(stored, str) and stored.isidentifier(), "a dtype name as 'stored'", stored)
     for d in aval["shape"]:
         _expect((isinstance(d, int) and not isinstance(d, bool) and d >= 0)
                 or (isinstance(d, str) and d != ""), "dimensions that are ints >= 0 or names", d)
