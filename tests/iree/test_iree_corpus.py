@@ -1,7 +1,7 @@
 """IREE conformance corpus: the loop programs of the forward, gradient, vmap, nested,
 checkpoint and unroll tests, compiled by IREE (llvm-cpu) and run by the embedded
 runtime on local-sync and local-task, against plain-Python / numpy loops or
-`jax.grad` of the unrolled loop (tests/runtime/test_drivers.py runs them on vulkan).
+`jax.grad` of the unrolled loop (tests/iree/test_drivers.py runs them on vulkan).
 
 Programs are grouped into a few modules (one iree-compile each); small sizes keep
 the file fast. Every program runs; one that IREE 3.13 cannot compile must be
