@@ -19,14 +19,16 @@ import re
 
 KEEP_64_BITS = ["--iree-input-demote-f64-to-f32=false", "--iree-input-demote-i64-to-i32=false"]
 
-# iree-compile diagnostics of f64 code a target cannot compile.
+# iree-compile diagnostics of f64 code a target cannot compile (before the command
+# line it echoes, whose flags name f64).
 _LLVM_CPU_MISSING = re.compile(r"undefined symbol: (\w+)")
-_VULKAN_F64 = re.compile(r"f64")
+_VULKAN_F64 = re.compile(r"\bx?f64\b")
 
 
 def float64_hint(diagnostics: str, targets) -> str:
     """A sentence on what to do when iree-compile failed with `diagnostics` on a
     module that computes in float64, or "" when the failure is another one."""
+    diagnostics = diagnostics.split("Invoked with:")[0]
     missing = sorted(set(_LLVM_CPU_MISSING.findall(diagnostics)))
     if missing and "llvm-cpu" in targets:
         return (f"\nIREE 3.13's llvm-cpu code calls the C library's {', '.join(missing)} "
