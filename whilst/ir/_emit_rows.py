@@ -3,19 +3,18 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
 from whilst._jax_compat import dynamic_slice, dynamic_update_slice, reshape, slice_op
-from whilst.ir._emit_ops import broadcast_scalar
+from whilst.ir._emit_ops import broadcast_scalar, const
 from whilst.ir._tracing import COUNTER_AVAL
 from whilst.ir.iree_forms._device_indexing import scatter_rows
 from whilst.ir.iree_forms._symbolic_indexing import has_symbolic_rows, read_row, write_row
 
 
 def _row_start(row, ndim):
-    zero = mlir.ir_constant(np.int32(0))
+    zero = const(0)
     return [row, *[zero] * (ndim - 1)]
 
 
@@ -26,7 +25,7 @@ def read_rows(ctx, stack, stack_aval, start, k):
     if has_symbolic_rows(stack_aval.shape):
         read = mlir.lower_fun(read_row, multiple_results=False)
         rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL], avals_out=[row_aval])
-        return [read(rows_ctx, stack, hlo.add(start, mlir.ir_constant(np.int32(s))))[0]
+        return [read(rows_ctx, stack, hlo.add(start, const(s)))[0]
                 for s in range(k)]
     chunk_aval = stack_aval.update(shape=(k, *stack_aval.shape[1:]))
     chunk = dynamic_slice(ctx, chunk_aval, stack,
@@ -57,7 +56,7 @@ def write_rows(ctx, stack, stack_aval, rows, at, guard=None, scatter=False):
         rows_ctx = ctx.replace(avals_in=[stack_aval, COUNTER_AVAL, row_aval],
                                avals_out=[stack_aval])
         for s, r in enumerate(rows):
-            (stack,) = write(rows_ctx, stack, hlo.add(at, mlir.ir_constant(np.int32(s))), r)
+            (stack,) = write(rows_ctx, stack, hlo.add(at, const(s)), r)
         return stack
     one_aval = stack_aval.update(shape=(1, *stack_aval.shape[1:]))
     chunk_aval = stack_aval.update(shape=(len(rows), *stack_aval.shape[1:]))

@@ -6,11 +6,10 @@ every step; `iree_limits/unread_loop_predicate.mlir` is the same crash for the
 loop test)."""
 from __future__ import annotations
 
-import numpy as np
 from jax.extend.mlir.dialects import stablehlo as hlo
-from jax.interpreters import mlir, partial_eval as pe
+from jax.interpreters import partial_eval as pe
 
-from whilst.ir._emit_ops import broadcast_scalar
+from whilst.ir._emit_ops import broadcast_scalar, const
 
 
 def read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
@@ -27,7 +26,7 @@ def read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
     if not any(unread):
         return new_xs
     (opaque,) = hlo.OptimizationBarrierOp([i]).results
-    keep_new = hlo.compare(opaque, mlir.ir_constant(np.int32(0)),
+    keep_new = hlo.compare(opaque, const(0),
                            hlo.ComparisonDirectionAttr.get("GE"),
                            compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
     return [hlo.select(broadcast_scalar(keep_new, new.type), new, old) if u else new
