@@ -2,5 +2,6 @@
 `whilst.lax`'s `while_loop` and `fori_loop` (JAX's, `_lax`), each adapting its
 signature to the one loop over a flat carry that both bind (`_flat_loop`)."""
 from whilst.frontend._while_loop import while_loop
+from whilst.frontend.tensor_array import TensorArray
 
-__all__ = ["while_loop"]
+__all__ = ["TensorArray", "while_loop"]

@@ -10,6 +10,7 @@ from jax import lax
 from whilst.frontend import _checks as checks
 from whilst.frontend._flat_loop import flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
@@ -116,6 +117,8 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     checked its own arguments (`api` names it in errors)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
+    init_val = arrays_for_loop(init_val, "init_val",
+                               checks.bound_operand(maximum_iterations)[1], api)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]

@@ -7,6 +7,7 @@ from jax import lax
 from whilst.frontend import _checks as checks
 from whilst.frontend._flat_loop import flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output, is_key
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -68,6 +69,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
+    loop_vars = arrays_for_loop(loop_vars, "loop_vars",
+                                checks.bound_operand(maximum_iterations)[1], "while_loop")
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
     paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
     leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
