@@ -52,7 +52,8 @@ class TensorArray:
         `dynamic_size=True` starts empty.
       dynamic_size: whether writes past the end grow the array (module docstring).
       clear_after_read: accepted for TensorFlow compatibility; reads never clear.
-      tensor_array_name, name: the array's name, shown in errors.
+      tensor_array_name, name: the array's name, shown in errors. The arguments
+        after it are keyword-only (TensorFlow has `handle` and `flow` there).
       element_shape: the elements' shape (a tuple; None dimensions or None
         take the first write's shape).
       infer_shape: True; False (elements of varying shapes) is refused.
@@ -63,7 +64,7 @@ class TensorArray:
     """
 
     def __init__(self, dtype, size=None, dynamic_size=False, clear_after_read=True,
-                 tensor_array_name=None, element_shape=None, infer_shape=True, name=None):
+                 tensor_array_name=None, *, element_shape=None, infer_shape=True, name=None):
         label = name if name is not None else tensor_array_name
         label = "TensorArray" if label is None else f"TensorArray {label!r}"
         if size is None and not dynamic_size:
