@@ -374,9 +374,12 @@ def test_constructor_errors():
 
 
 def test_is_a_pytree_with_named_leaves():
+    def paths(ta):
+        return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(ta)]
     ta = TensorArray(jnp.float32, size=2, element_shape=(3,))
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(ta)]
-    assert paths == [".buffer", ".written"]
+    assert paths(ta) == [".buffer"]
+    assert paths(TensorArray(jnp.float32, size=2, dynamic_size=True, element_shape=(3,))) == [
+        ".buffer", ".size"]
     back = jax.tree_util.tree_map(lambda x: x, ta.write(1, jnp.ones(3)))
     np.testing.assert_array_equal(back.stack(), [[0, 0, 0], [1, 1, 1]])
     assert back.element_shape == (3,) and back.dtype == jnp.float32

@@ -1,10 +1,11 @@
 """`whilst.TensorArray`: TensorFlow 2's TensorArray as a functional JAX pytree.
 
-A TensorArray of capacity n is a buffer `f[n, *element_shape]` and a mask of the
-elements written (`bool[n]`); `write` returns a new array, as in TensorFlow 2::
+A TensorArray of capacity n is a buffer `f[n, *element_shape]`, and for a dynamic
+array its size (the highest index written + 1, at least the initial size);
+`write` returns a new array, as in TensorFlow 2::
 
-    ta = TensorArray(jnp.float32, size=3)       # buffer = zeros((3, ...)), written = [F, F, F]
-    ta = ta.write(1, v)                         # buffer[1] = v; written[1] = True
+    ta = TensorArray(jnp.float32, size=3)       # buffer = zeros((3, ...))
+    ta = ta.write(1, v)                         # buffer[1] = v
     ta.read(1), ta.stack(), ta.size()           # v, buffer, 3
 
 Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
@@ -13,11 +14,13 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   refused): `concat` and `split` need equal lengths.
 - Unwritten rows read as zeros in `stack`, `gather` and `concat`; `read` of an
   index known to be unwritten is an error.
-- Checks that depend on an index (range, written or not) run where the index and
-  the mask are known while tracing: eagerly, and under `jax.jit` for Python-int
-  indices outside loops. Where they are traced (inside loops, traced indices), a
-  write out of range is dropped, a read out of range gives zeros, an unwritten
-  index reads zeros, and a second write to an index replaces the first.
+- Checks that depend on an index (range, written or not) run where the index is
+  known while tracing: eagerly, and under `jax.jit` for Python-int indices.
+  Which indices were written is known for writes made in Python code (not those
+  inside a loop or at traced indices; past a dynamic array's size, nothing was).
+  Where it is not known, a write out of range is dropped, a read out of range
+  gives zeros, an unwritten index reads zeros, and a second write to an index
+  replaces the first.
 - `clear_after_read` is accepted and has no effect (reads never clear, as in
   TensorFlow 2's `tf.function` and XLA paths).
 - `dynamic_size=True`: a write past the end with a known index grows the array
@@ -25,7 +28,7 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   `maximum_iterations` it enters the loop with room for that many more elements
   (one write per step); a loop without such a bound is refused. `stack()`
   returns every row of the capacity (zeros from `size()` on) and `size()` the
-  count written, a traced value after a loop.
+  highest index written + 1, a traced value after a loop.
 """
 from __future__ import annotations
 
@@ -88,8 +91,8 @@ class TensorArray:
         self._dynamic = bool(dynamic_size)
         self._clear_after_read = bool(clear_after_read)
         self._label = label
-        self._capacity = int(size)
-        self._buffer = self._written = None
+        self._capacity = self._initial_size = int(size)
+        self._buffer = self._size = None
         self._known = np.zeros(self._capacity, bool)
         if self._element_shape is not None and None not in self._element_shape:
             self._allocate(self._element_shape)
@@ -99,8 +102,7 @@ class TensorArray:
     def _tree_flatten_with_keys(self):
         aux = (self._dtype, self._element_shape, self._dynamic, self._clear_after_read,
                self._label, None if self._buffer is not None else self._capacity)
-        return ((GetAttrKey("buffer"), self._buffer),
-                (GetAttrKey("written"), self._written)), aux
+        return ((GetAttrKey("buffer"), self._buffer), (GetAttrKey("size"), self._size)), aux
 
     def _tree_flatten(self):
         children, aux = self._tree_flatten_with_keys()
@@ -111,16 +113,14 @@ class TensorArray:
         ta = object.__new__(cls)
         (ta._dtype, ta._element_shape, ta._dynamic, ta._clear_after_read, ta._label,
          ta._capacity) = aux
-        ta._buffer, ta._written = children
-        ta._known = None  # unknown until the mask is concrete
+        ta._buffer, ta._size = children
+        ta._known = None  # which indices were written is not known
         return ta
 
-    def _replace(self, buffer, written, known, element_shape=None):
+    def _replace(self, buffer, size, known):
         ta = object.__new__(type(self))
         ta.__dict__.update(self.__dict__)
-        ta._buffer, ta._written, ta._known = buffer, written, known
-        if element_shape is not None:
-            ta._element_shape = element_shape
+        ta._buffer, ta._size, ta._known = buffer, size, known
         return ta
 
     # -- properties --------------------------------------------------------------------
@@ -141,13 +141,13 @@ class TensorArray:
 
     def size(self):
         """The number of elements: the size of a fixed-size array; for a dynamic
-        one `max(i for i written) + 1` (0 if none), a traced int32 after a loop."""
+        one `max(size, *(i + 1 for i written))` (`size` the constructor's), a traced
+        int32 after a loop."""
         if not self._dynamic:
             return jnp.asarray(self.capacity, jnp.int32)
-        if self._written is None:
-            return jnp.asarray(0, jnp.int32)
-        positions = jnp.arange(1, self.capacity + 1, dtype=jnp.int32)
-        return jnp.max(jnp.where(self._written, positions, 0), initial=0)
+        if self._size is None:
+            return jnp.asarray(self._capacity, jnp.int32)
+        return self._size
 
     @property
     def capacity(self):
@@ -164,18 +164,11 @@ class TensorArray:
         if known_i is not None:
             ta = ta._reach("write", known_i)
             ta._check_unwritten("write", [known_i])
-            known = None if ta._known_mask() is None else ta._known_mask().copy()
-            if known is not None:
-                known[known_i] = True
             return ta._replace(lax.dynamic_update_index_in_dim(ta._buffer, value, i, 0),
-                               lax.dynamic_update_index_in_dim(ta._written, True, i, 0),
-                               known)
+                               ta._size_after(known_i + 1), ta._known_after([known_i]))
         in_range = (i >= 0) & (i < ta.capacity)
-        j = jnp.clip(i, 0, ta.capacity - 1)
-        row = jnp.where(in_range, value, lax.dynamic_index_in_dim(ta._buffer, j, 0, False))
-        flag = lax.dynamic_index_in_dim(ta._written, j, 0, False) | in_range
-        return ta._replace(lax.dynamic_update_index_in_dim(ta._buffer, row, j, 0),
-                           lax.dynamic_update_index_in_dim(ta._written, flag, j, 0), None)
+        return ta._replace(ta._buffer.at[i].set(value, mode="drop"),
+                           ta._size_after(jnp.where(in_range, i + 1, 0)), None)
 
     def unstack(self, value):
         """`write(k, value[k])` for each k, in a new array."""
@@ -185,12 +178,8 @@ class TensorArray:
         if n:
             ta = ta._reach("unstack", n - 1)
         ta._check_unwritten("unstack", range(n))
-        known = ta._known_mask()
-        if known is not None:
-            known = known.copy()
-            known[:n] = True
         return ta._replace(lax.dynamic_update_slice_in_dim(ta._buffer, value, 0, 0),
-                           ta._written.at[:n].set(True), known)
+                           ta._size_after(n), ta._known_after(range(n)))
 
     def scatter(self, indices, value):
         """`write(indices[k], value[k])` for each k, in a new array."""
@@ -201,7 +190,6 @@ class TensorArray:
                 f"{self._label}.scatter: indices has {idx.shape[0]} entries but value has "
                 f"{value.shape[0]} rows. Pass one row of value per index.")
         ta = self._with_elements(value.shape[1:], "scatter")
-        known = None
         if known_idx is not None:
             if len(set(known_idx.tolist())) != len(known_idx):
                 raise ValueError(
@@ -210,12 +198,13 @@ class TensorArray:
             if len(known_idx):
                 ta = ta._reach("scatter", int(known_idx.max()), int(known_idx.min()))
             ta._check_unwritten("scatter", known_idx.tolist())
-            known = ta._known_mask()
-            if known is not None:
-                known = known.copy()
-                known[known_idx] = True
+            return ta._replace(ta._buffer.at[idx].set(value, mode="drop"),
+                               ta._size_after(int(known_idx.max(initial=-1)) + 1),
+                               ta._known_after(known_idx.tolist()))
+        in_range = (idx >= 0) & (idx < ta.capacity)
         return ta._replace(ta._buffer.at[idx].set(value, mode="drop"),
-                           ta._written.at[idx].set(True, mode="drop"), known)
+                           ta._size_after(jnp.max(jnp.where(in_range, idx + 1, 0), initial=0)),
+                           None)
 
     def split(self, value, lengths):
         """`unstack` of `value` cut into pieces of `lengths` rows (equal lengths:
@@ -259,17 +248,13 @@ class TensorArray:
         i, known_i = _index_argument(self._label, "read", "index", index)
         if known_i is not None:
             self._check_range("read", known_i)
-            known = self._known_mask()
-            if known is not None and not known[known_i]:
+            if self._unwritten(known_i):
                 raise ValueError(
                     f"{self._label}.read: index {known_i} has not been written. Write it "
                     f"before reading it, or use stack()/gather(), which read unwritten "
                     f"elements as zeros.")
             return lax.dynamic_index_in_dim(self._buffer, i, 0, False)
-        in_range = (i >= 0) & (i < self.capacity)
-        row = lax.dynamic_index_in_dim(self._buffer, jnp.clip(i, 0, self.capacity - 1), 0,
-                                       False)
-        return jnp.where(in_range, row, jnp.zeros_like(row))
+        return self._buffer.at[i].get(mode="fill", fill_value=0)
 
     def gather(self, indices):
         """`stack()[indices]`; indices out of range give zeros."""
@@ -297,7 +282,7 @@ class TensorArray:
 
     def identity(self):
         """The same array (TensorFlow's `identity`: a new handle on the same data)."""
-        return self._replace(self._buffer, self._written, self._known)
+        return self._replace(self._buffer, self._size, self._known)
 
     def close(self):
         """Nothing to release (TensorFlow 2's `close` in eager mode)."""
@@ -328,7 +313,8 @@ class TensorArray:
 
     def _allocate(self, shape):
         self._buffer = jnp.zeros((self._capacity,) + tuple(shape), self._dtype)
-        self._written = jnp.zeros(self._capacity, bool)
+        if self._dynamic:
+            self._size = jnp.asarray(self._initial_size, jnp.int32)
         self._element_shape = tuple(shape)
 
     def _with_elements(self, shape, method):
@@ -354,14 +340,26 @@ class TensorArray:
                 f"and nothing written). Pass element_shape=... to TensorArray, or write "
                 f"an element first.")
 
-    def _known_mask(self):
-        """The written mask as numpy where it is known while tracing, else None."""
+    def _unwritten(self, k):
+        """Whether index `k` is known not to have been written."""
         if self._known is not None:
-            return self._known
-        try:
-            return np.asarray(self._written)
+            return not self._known[k]
+        try:  # a dynamic array wrote nothing past its size
+            return self._dynamic and k >= int(np.asarray(self._size))
         except jax.errors.TracerArrayConversionError:
+            return False
+
+    def _size_after(self, reached):
+        """A dynamic array's size once index `reached - 1` is written (None if fixed)."""
+        return None if not self._dynamic else jnp.maximum(self._size, reached).astype(jnp.int32)
+
+    def _known_after(self, indices):
+        """The record of written indices once `indices` are written (None: unknown)."""
+        if self._known is None:
             return None
+        known = self._known.copy()
+        known[list(indices)] = True
+        return known
 
     def _check_range(self, method, k):
         if not 0 <= k < self.capacity:
@@ -386,18 +384,16 @@ class TensorArray:
 
     def _grown(self, capacity):
         pad = capacity - self.capacity
-        known = self._known_mask()
+        known = self._known
         return self._replace(
             jnp.concatenate([self._buffer, jnp.zeros((pad,) + self._buffer.shape[1:],
                                                       self._dtype)]),
-            jnp.concatenate([self._written, jnp.zeros(pad, bool)]),
-            None if known is None else np.concatenate([known, np.zeros(pad, bool)]))
+            self._size, None if known is None else np.concatenate([known, np.zeros(pad, bool)]))
 
     def _check_unwritten(self, method, indices):
-        known = self._known_mask()
-        if known is None:
+        if self._known is None:
             return
-        twice = [k for k in indices if known[k]]
+        twice = [k for k in indices if self._known[k]]
         if twice:
             raise ValueError(
                 f"{self._label}.{method}: could not write to index {twice[0]}: it has "
