@@ -114,6 +114,7 @@ class TensorArray:
         (ta._dtype, ta._element_shape, ta._dynamic, ta._clear_after_read, ta._label,
          ta._capacity) = aux
         ta._buffer, ta._size = children
+        ta._initial_size = ta._capacity  # used only while no buffer is allocated
         ta._known = None  # which indices were written is not known
         return ta
 
@@ -137,6 +138,7 @@ class TensorArray:
 
     @property
     def dynamic_size(self):
+        """Whether writes past the end grow the array."""
         return self._dynamic
 
     def size(self):
