@@ -20,8 +20,8 @@ try:
 except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "TensorArray", "compile",
-           "export", "lax", "residual_report", "runtime", "trace", "while_loop"]
+__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "TensorArray",
+           "compile", "export", "lax", "residual_report", "runtime", "trace", "while_loop"]
 
 try:
     import jax as _jax  # noqa: F401

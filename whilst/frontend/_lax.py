@@ -28,15 +28,15 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
     One carry pytree, with JAX's types: a weakly typed leaf (a Python scalar)
     takes the dtype body_fun gives it, as in `jax.lax.while_loop`. Reverse mode
     (`jax.grad`) works bounded or not; see `whilst.while_loop` for how
-    `gradient_memory` and `checkpoints` choose what it keeps, and for `unroll`
-    and `name`.
+    `gradient_memory` and `checkpoints` choose what it keeps, for `unroll`
+    and `name`, and for `whilst.TensorArray`s in the carry.
 
     Raises:
       TypeError: cond_fun or body_fun not callable, leaves that are not arrays,
         cond_fun not returning a bool scalar, body_fun output of another
         structure or dtype (the pytree path names the leaf).
       ValueError: body_fun output of another shape, bad maximum_iterations,
-        unroll or checkpoints.
+        unroll or checkpoints, TensorArrays as in `whilst.while_loop`.
     """
     checks.check_callables(cond_fun, body_fun, ("cond_fun", "body_fun"),
                            "one argument (the carry pytree init_val)", "whilst.lax.while_loop")

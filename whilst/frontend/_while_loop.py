@@ -29,8 +29,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       cond: `cond(*loop_vars) -> bool scalar`.
       body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
       loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts) of
-        arrays, Python/numpy scalars or typed PRNG keys (body returns keys of the
-        same implementation for those). A Python scalar takes the dtype body
+        arrays, Python/numpy scalars, typed PRNG keys (body returns keys of the
+        same implementation for those) or `whilst.TensorArray`s (a dynamic one
+        gets room for maximum_iterations more elements). A Python scalar takes the dtype body
         gives it, as in `jax.lax.while_loop`.
       shape_invariants: shapes, one per array, in the structure of loop_vars;
         `None` marks a dimension that may vary. Shapes still may not change.
@@ -63,7 +64,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype (a key for a number, or the reverse).
       ValueError: empty loop_vars, bad parallel_iterations, maximum_iterations,
-        checkpoints, gradient_memory or shape_invariants, body output of another shape.
+        checkpoints, gradient_memory or shape_invariants, body output of another shape,
+        a TensorArray of unknown element shape, or a dynamic one in a loop without a
+        Python-int maximum_iterations.
     """
     bound, options = _check_arguments(cond, body, loop_vars, parallel_iterations,
                                       swap_memory, maximum_iterations, unroll, checkpoints,
