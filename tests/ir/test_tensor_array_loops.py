@@ -74,7 +74,7 @@ def test_while_loop_write_pack_gradients(mode, dynamic_size):
 @pytest.mark.parametrize("mode", MODES)
 def test_dynamic_size_zero_in_a_loop(mode):  # testWhileLoopDynamicSizeZeroXla
     def build_and_run(maximum_iterations):
-        ta = TensorArray(jnp.int32, size=0, dynamic_size=True, element_shape=())
+        ta = TensorArray(jnp.int32, size=0, dynamic_size=True)  # the body shows the shape
         _, ta = whilst.while_loop(lambda i, ta: i < 5, lambda i, ta: (i + 1, ta.write(i, i * i + 1)),
                                   [0, ta], maximum_iterations=maximum_iterations)
         return ta.stack(), ta.size()
@@ -104,7 +104,7 @@ def test_gradient_through_two_serial_loops(mode):  # testGradSerialTwoLoops
 
 
 def test_element_shape_after_a_loop():  # testShapeAfterWhileLoop
-    ta = TensorArray(jnp.float32, size=10, element_shape=(1, 1))
+    ta = TensorArray(jnp.float32, size=10)
     _, ta = whilst.while_loop(lambda i, _: i < 10, lambda i, ta: (i + 1, ta.write(i, [[0.0]])),
                               [0, ta], parallel_iterations=1)
     assert ta.element_shape == (1, 1)
@@ -223,10 +223,17 @@ def test_unbounded_loop_with_a_dynamic_array_names_both_fixes():
         jax.jit(lambda n: whilst.lax.fori_loop(0, n, lambda i, ta: ta.write(i, 1.0), ta))(3)
 
 
-def test_array_of_unknown_element_shape_is_refused_as_a_loop_variable():
+def test_element_shape_is_taken_from_the_body_or_asked_for():
     ta = TensorArray(jnp.float32, size=3)
+    out = whilst.lax.while_loop(
+        lambda c: c["i"] < 3,
+        lambda c: {"i": c["i"] + 1, "ta": c["ta"].write(c["i"], jnp.full(2, 1.0) * c["i"])},
+        {"i": 0, "ta": ta})
+    np.testing.assert_array_equal(out["ta"].stack(), [[0, 0], [1, 1], [2, 2]])
     with pytest.raises(ValueError, match=r"whilst.lax.while_loop: init_val\['ta'\] is a "
-                       r"TensorArray whose element shape is not known yet.*element_shape="):
-        whilst.lax.while_loop(lambda c: c["i"] < 3,
-                              lambda c: {"i": c["i"] + 1, "ta": c["ta"].write(c["i"], 1.0)},
-                              {"i": 0, "ta": ta})
+                       r"TensorArray whose element shape is not known.*reads the array before "
+                       r"writing it.*element_shape="):
+        whilst.lax.while_loop(
+            lambda c: c["i"] < 3,
+            lambda c: {"i": c["i"] + 1, "ta": c["ta"].write(c["i"], c["ta"].read(0))},
+            {"i": 0, "ta": ta})

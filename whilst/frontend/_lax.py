@@ -118,7 +118,7 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
     init_val = arrays_for_loop(init_val, "init_val",
-                               checks.bound_operand(maximum_iterations)[1], api)
+                               checks.bound_operand(maximum_iterations)[1], api, body_fun)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]

@@ -72,8 +72,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
-    loop_vars = arrays_for_loop(loop_vars, "loop_vars",
-                                checks.bound_operand(maximum_iterations)[1], "while_loop")
+    loop_vars = arrays_for_loop(
+        loop_vars, "loop_vars", checks.bound_operand(maximum_iterations)[1], "while_loop",
+        lambda lv: _entries(body(*lv), len(lv)))
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
     paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
     leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
@@ -125,6 +126,11 @@ def _body_output(out, loop_vars, paths, leaves, carry, invariants):
     out_leaves = jax.tree_util.tree_leaves(out)
     return [_body_leaf(path, init, value, x, inv)
             for path, init, value, x, inv in zip(paths, leaves, out_leaves, carry, invariants)]
+
+
+def _entries(out, n):
+    """Body's output as a list of n loop variables (a single one may come back bare)."""
+    return list(out) if n > 1 or (isinstance(out, (list, tuple)) and len(out) == 1) else [out]
 
 
 def _body_structure(out, loop_vars):

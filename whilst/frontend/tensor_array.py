@@ -11,7 +11,8 @@ array its size (the highest index written + 1, at least the initial size);
 Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
 
 - Elements share one shape and dtype (`infer_shape=False` with varying shapes is
-  refused): `concat` and `split` need equal lengths.
+  refused): `concat` and `split` need equal lengths. An array entering a loop
+  with its element shape unknown takes the shape one step of the body writes.
 - Unwritten rows read as zeros in `stack`, `gather` and `concat`; `read` of an
   index known to be unwritten is an error.
 - Checks that depend on an index (range, written or not) run where the index is
@@ -168,6 +169,8 @@ class TensorArray:
             ta._check_unwritten("write", [known_i])
             return ta._replace(lax.dynamic_update_index_in_dim(ta._buffer, value, i, 0),
                                ta._size_after(known_i + 1), ta._known_after([known_i]))
+        if ta.capacity == 0:
+            return ta  # dropped: out of range
         in_range = (i >= 0) & (i < ta.capacity)
         return ta._replace(ta._buffer.at[i].set(value, mode="drop"),
                            ta._size_after(jnp.where(in_range, i + 1, 0)), None)
@@ -256,6 +259,8 @@ class TensorArray:
                     f"before reading it, or use stack()/gather(), which read unwritten "
                     f"elements as zeros.")
             return lax.dynamic_index_in_dim(self._buffer, i, 0, False)
+        if self.capacity == 0:
+            return jnp.zeros(self._buffer.shape[1:], self._dtype)
         return self._buffer.at[i].get(mode="fill", fill_value=0)
 
     def gather(self, indices):
@@ -265,6 +270,8 @@ class TensorArray:
         if known_idx is not None:
             for k in known_idx.tolist():
                 self._check_range("gather", k)
+        if self.capacity == 0:
+            return jnp.zeros(idx.shape + self._buffer.shape[1:], self._dtype)
         return jnp.take(self._buffer, idx, axis=0, mode="fill", fill_value=0)
 
     def stack(self):
@@ -296,9 +303,10 @@ class TensorArray:
         int or None): dynamic arrays get room for that many more elements."""
         if self._buffer is None:
             raise ValueError(
-                f"{api}: {path} is a TensorArray whose element shape is not known yet "
-                f"(no element_shape and nothing written); loop variables need their shapes "
-                f"before the loop. Pass element_shape=... to TensorArray, or write one "
+                f"{api}: {path} is a TensorArray whose element shape is not known: no "
+                f"element_shape, nothing written before the loop, and one step of the body "
+                f"did not show it (the body reads the array before writing it, or failed "
+                f"when traced alone). Pass element_shape=... to TensorArray, or write one "
                 f"element before the loop.")
         if not self._dynamic:
             return self
@@ -445,16 +453,37 @@ jax.tree_util.register_pytree_with_keys(
     TensorArray._tree_flatten)
 
 
-def arrays_for_loop(tree, root, maximum_iterations, api):
+def arrays_for_loop(tree, root, maximum_iterations, api, body):
     """`tree` (loop variables named `root`) with each TensorArray in it as it
-    enters a loop bounded by `maximum_iterations` (a Python int or None)."""
+    enters a loop bounded by `maximum_iterations` (a Python int or None). An
+    array whose element shape is not known yet takes the shape `body` (loop
+    variables -> loop variables, as a list of the same entries) writes into it,
+    found by `jax.eval_shape` (TensorFlow's XLA path infers it so too)."""
     is_ta = lambda x: isinstance(x, TensorArray)  # noqa: E731
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_ta)
     if not any(is_ta(x) for _, x in leaves):
         return tree
+    if any(is_ta(x) and x._buffer is None for _, x in leaves):
+        leaves = _with_written_shapes(leaves, treedef, body)
     return jax.tree_util.tree_unflatten(treedef, [
         x._for_loop(root + jax.tree_util.keystr(p), maximum_iterations, api) if is_ta(x)
         else x for p, x in leaves])
+
+
+def _with_written_shapes(leaves, treedef, body):
+    """`leaves` (path, leaf) with each TensorArray of unknown element shape given
+    the shape of the elements one step of `body` writes into it, where it can."""
+    is_ta = lambda x: isinstance(x, TensorArray)  # noqa: E731
+    try:
+        out = jax.eval_shape(body, jax.tree_util.tree_unflatten(treedef, [x for _, x in leaves]))
+    except Exception:  # noqa: BLE001 -- the body cannot run yet: _for_loop says what to do
+        return leaves
+    out_leaves = jax.tree_util.tree_leaves(out, is_leaf=is_ta)
+    if len(out_leaves) != len(leaves):
+        return leaves
+    return [(p, x._with_elements(y._buffer.shape[1:], "write")
+             if is_ta(x) and x._buffer is None and is_ta(y) and y._buffer is not None
+             else x) for (p, x), y in zip(leaves, out_leaves)]
 
 
 def _shape_argument(label, element_shape):
