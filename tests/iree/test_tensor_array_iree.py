@@ -1,7 +1,8 @@
-"""whilst.TensorArray on IREE: a loop that writes one element per step, and its
-gradient, compiled for llvm-cpu and run by the embedded runtime, give the answers of
-a plain numpy loop and of `jax.grad` of the preallocated program, and the writes
-stay in place (no copy of the array's buffer per iteration in the stream phase)."""
+"""whilst.TensorArray on IREE: a loop that writes one element per step, its gradient
+and its vmap (a trip count per example), compiled for llvm-cpu and run by the embedded
+runtime, give the answers of a plain numpy loop and of `jax.grad` of the preallocated
+program, and the writes stay in place (no copy of the array's buffer in the stream
+phase)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,13 +58,26 @@ X = np.linspace(-0.5, 0.2, WIDTH, dtype=np.float32)
 SCALE = np.float32(1.6)
 
 
+XS = np.stack([X, X - 0.4, X + 0.3])  # a trip count per example under vmap
+
+
+def emit_each(xs, scale):
+    return jax.vmap(lambda x: emit(x, scale)[:2])(xs)
+
+
 @pytest.fixture(scope="module")
 def exported():
-    return whilst.export(emit_and_gradient, X, SCALE)
+    return [whilst.export(emit_and_gradient, X, SCALE, name="emit_and_gradient"),
+            whilst.export(emit_each, XS, SCALE, name="emit_each")]
 
 
-def test_loop_writing_one_element_per_step_runs_on_iree(exported):
-    rows, size, (grad_x, grad_scale) = whilst.compile(exported).load()(X, SCALE)
+@pytest.fixture(scope="module")
+def module(exported):
+    return whilst.compile(exported).load()
+
+
+def test_loop_writing_one_element_per_step_runs_on_iree(module):
+    rows, size, (grad_x, grad_scale) = module.emit_and_gradient(X, SCALE)
     want_rows, n = emit_numpy(X, SCALE)
     assert 3 < n < ROWS and int(size) == n
     np.testing.assert_allclose(rows, want_rows, rtol=1e-5, atol=1e-6)
@@ -72,7 +86,16 @@ def test_loop_writing_one_element_per_step_runs_on_iree(exported):
     np.testing.assert_allclose(grad_scale, want_scale, rtol=1e-4)
 
 
-def test_writes_stay_in_place(exported):
-    sizes = stream_copy_sizes(compile_to_stream(prepare([exported])))
+def test_vmapped_loops_stop_per_example_on_iree(module):
+    rows, sizes = module.emit_each(XS, SCALE)
+    want = [emit_numpy(x, SCALE) for x in XS]
+    assert len({n for _, n in want}) == 3 and sizes.tolist() == [n for _, n in want]
+    for got, (want_rows, _) in zip(rows, want):
+        np.testing.assert_allclose(got, want_rows, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["with_gradient", "vmapped"])
+def test_writes_stay_in_place(exported, which):
+    sizes = stream_copy_sizes(compile_to_stream(prepare([exported[which]])))
     buffer_bytes = ROWS * WIDTH * 4
     assert all(s is not None and s < buffer_bytes for s in sizes), sizes
