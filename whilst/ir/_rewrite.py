@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._tracing import trace_closed
@@ -95,8 +97,9 @@ def _eval(jaxpr, consts, rule, *args):
         invals = [read(v) for v in eqn.invars]
         rewritten = rule(eqn)
         sub = INLINED.get(eqn.primitive.name)
-        if rewritten is not None:
-            outs = rewritten(*invals, **eqn.params)
+        if rewritten is not None:  # a form sees arrays, never a Literal's Python scalar
+            outs = rewritten(*[np.asarray(x, v.aval.dtype) if isinstance(v, Literal) else x
+                               for v, x in zip(eqn.invars, invals)], **eqn.params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         elif sub in eqn.params:
             inner = eqn.params[sub]
