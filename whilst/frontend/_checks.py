@@ -13,7 +13,7 @@ import jax
 from jax import core as jax_core
 from jax.tree_util import keystr
 
-from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy
+from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy, stores_every_step
 
 
 def path_name(root: str, path) -> str:
@@ -271,18 +271,21 @@ def check_gradient_memory(gradient_memory) -> int | None:
 MAX_CHECKPOINT_BYTES = 2**34
 
 
-def check_checkpoint_memory(gradient, leaves) -> None:
+def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
     """Refuse `checkpoints=K` (a `Checkpointed(K)` policy) whose K copies of the loop
-    variables exceed 16 GiB."""
-    if not isinstance(gradient, Checkpointed):
+    variables exceed 16 GiB; K at least the loop's static bound stores every step
+    instead (`stores_every_step`) and is not refused."""
+    if not isinstance(gradient, Checkpointed) or stores_every_step(gradient, static_bound):
         return
     checkpoints = gradient.checkpoints
     per_copy = sum(int(np.prod(x.shape, dtype=object)) * np.dtype(x.dtype).itemsize
                    for x in leaves)
     if checkpoints * per_copy > MAX_CHECKPOINT_BYTES:
+        largest = max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1))
         raise ValueError(
             f"while_loop: checkpoints={checkpoints} keeps {checkpoints} copies of loop_vars "
             f"({per_copy} bytes each, {checkpoints * per_copy / 2**30:.1f} GiB in all), more "
-            f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows. Pass fewer, e.g. "
-            f"checkpoints={max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1) // 1024)}: "
-            f"recomputation grows only logarithmically as they shrink.")
+            f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows: at most "
+            f"checkpoints={largest} for these loop_vars. Pass far fewer, e.g. "
+            f"checkpoints={max(1, largest // 1024)}: recomputation grows only "
+            f"logarithmically as they shrink.")

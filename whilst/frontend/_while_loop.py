@@ -82,7 +82,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     def check_carry(carry, out_avals):
         _check_dtypes(paths, carry, out_avals)
-        checks.check_checkpoint_memory(options["gradient"], carry)
+        checks.check_checkpoint_memory(options["gradient"], options["static_bound"], carry)
 
     outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",

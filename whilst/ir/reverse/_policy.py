@@ -10,8 +10,13 @@ A loop's policy is one frozen value, the `gradient` parameter of
             chunks of as many stored steps as fit, copies of the
             carry at chunk starts, each chunk recomputed once    (_budget.py)
     Checkpointed(K)           # `checkpoints=K`:
-        K copies of the carry, every step recomputed by the
-        binomial schedule                                        (_checkpointed.py)
+        if K >= maximum_iterations (the loop's static bound):
+            store every step's residuals                         (_stored.py)
+        else:
+            K copies of the carry, every step recomputed by the
+            binomial schedule                                    (_checkpointed.py)
+
+(`stores_every_step` says which loops store every step.)
 
 The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
@@ -43,6 +48,24 @@ class ChunkedLoop(Checkpointed):
     name)`."""
     chunk_steps: int
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
+
+
+def stores_every_step(policy: Budget | Checkpointed, static_bound: int | None,
+                      row_bytes: int | None = None) -> bool:
+    """Whether reverse mode stores the residuals of every step of a loop of at most
+    `static_bound` steps (None: unbounded) whose steps store `row_bytes` bytes each
+    (None: symbolic sizes; not needed for `Checkpointed`)::
+
+        Checkpointed(K): K >= static_bound          (not the budget's ChunkedLoop)
+        Budget(nbytes):  static_bound * row_bytes <= nbytes, or row_bytes symbolic
+    """
+    if static_bound is None:
+        return False
+    if isinstance(policy, ChunkedLoop):
+        return False
+    if isinstance(policy, Checkpointed):
+        return policy.checkpoints >= static_bound
+    return row_bytes is None or static_bound * row_bytes <= policy.nbytes
 
 
 def gradient_policy(checkpoints: int | None = None,
