@@ -265,10 +265,16 @@ def check_gradient_memory(gradient_memory) -> int | None:
     if gradient_memory < 0:
         raise ValueError(f"while_loop: gradient_memory must be 0 or more bytes; found "
                          f"{gradient_memory}. Pass 0 to store no step (checkpoints only).")
+    if gradient_memory > MAX_GRADIENT_MEMORY:
+        raise ValueError(f"while_loop: gradient_memory must be at most {MAX_GRADIENT_MEMORY} "
+                         f"bytes (16 GiB); found {gradient_memory}. To store every step of "
+                         f"a loop of at most N steps, pass maximum_iterations=N and "
+                         f"checkpoints=N (or a gradient_memory that holds N steps' rows).")
     return int(gradient_memory)
 
 
 MAX_CHECKPOINT_BYTES = 2**34
+MAX_GRADIENT_MEMORY = 2**34
 
 
 def check_checkpoint_memory(gradient, static_bound, leaves) -> None:

@@ -82,12 +82,13 @@ MIN_CHUNK_ROWS = 2
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
     """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
     copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
-    budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit."""
+    budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit, and S is at
+    most UNBOUNDED (a loop's most steps)."""
     if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
         return 0, MAX_CHECKPOINTS // 4  # sizes unknown: checkpoints only
     carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
     K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
-    rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
+    rows = min(max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1), UNBOUNDED)
     return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K
 
 
