@@ -259,7 +259,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                 "budget_forward_body"),
         static_bound=None if static_bound is None else -(-static_bound // S),
         name=name, role=role, gradient=ChunkedLoop(
-            checkpoints=K, chunk_steps=S,
+            checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
             chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
                                for a in chunks.stack_avals)))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
@@ -386,7 +386,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "budget_gradient_body"),
         static_bound=None, name=chunks.name, role="gradient",
-        gradient=Checkpointed(K))
+        gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
     ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]

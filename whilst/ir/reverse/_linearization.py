@@ -8,7 +8,7 @@ policy (`_policy.py`)::
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
     elif policy is Checkpointed(K):
-        checkpointed_linearize(...)          # _checkpointed.py
+        checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
         budget_linearize(...)                # _budget.py
 """
@@ -17,6 +17,8 @@ from __future__ import annotations
 import jax
 from jax.interpreters.ad import Zero
 
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
@@ -38,7 +40,11 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
     policy, static_bound = params["gradient"], params["static_bound"]
     if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
         del params["gradient"]
-        return checkpointed_linearize(nzs, *primals, **params, checkpoints=policy.checkpoints)
+        carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
+        carry_bytes = (sum(map(nbytes, carry_avals))
+                       if all(is_constant_shape(a.shape) for a in carry_avals) else None)
+        return checkpointed_linearize(nzs, *primals, **params,
+                                      checkpoints=policy.copies(carry_bytes))
     steps = step_residuals(is_vjp, nzs, *primals, **params)
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)

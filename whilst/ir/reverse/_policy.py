@@ -36,8 +36,20 @@ class Budget:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpointed:
-    """Keep `checkpoints` copies of the carry and recompute every step."""
+    """Keep `checkpoints` copies of the carry and recompute every step; with
+    `nbytes` (the loops `_budget.py` builds, whose carries hold a chunk's stacks),
+    only as many copies as fit in `nbytes`, and at least 2 (`copies`)."""
     checkpoints: int
+    nbytes: int | None = None
+
+    def copies(self, carry_bytes: int | None) -> int:
+        """The copies of a carry of `carry_bytes` bytes (None: symbolic) to keep::
+
+            min(checkpoints, max(2, nbytes // carry_bytes))   # checkpoints if no nbytes
+        """
+        if self.nbytes is None or carry_bytes is None:
+            return self.checkpoints
+        return min(self.checkpoints, max(2, self.nbytes // max(carry_bytes, 1)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
