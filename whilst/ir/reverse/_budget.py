@@ -119,6 +119,7 @@ class _Chunks:
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
     grad_unroll: int      # lays out the stacks (see `_stored.py`)
+    unroll: int | None    # the loop's `unroll`, given to the chunk's gradient While
 
     @classmethod
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
@@ -128,7 +129,7 @@ class _Chunks:
                           f"{name}_chunk_primal")
         return cls(S, name, gradient, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
-                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S))
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S), unroll)
 
     @property
     def carry_avals(self):
@@ -189,7 +190,7 @@ class _Chunks:
         outs = linear_while_transpose(
             ct, steps, *invariants, *stacks, *dconsts, *dcarry,
             body_jaxpr=self.lin_body, n_invariants=ninv, n_stacks=nstk, n_dconsts=ndc,
-            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.grad_unroll)
+            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.unroll)
         ct_dconsts, ct = split_list(outs[1 + ninv + nstk:], [ndc])
         return ct, ct_dconsts
 
