@@ -54,11 +54,12 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         most once more while n < (K+1)(K+2)/2).
       gradient_memory: bytes reverse mode may hold for this loop when checkpoints
         is None, at most 16 GiB; None means 1 MiB
-        (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per example under vmap. If maximum_iterations (a Python int) steps fit, all
-        are stored; otherwise the first steps that fit are, and the later ones
-        are recomputed from copies of loop_vars (as `checkpoints=K`, K <= 64 in at
-        most a quarter of the budget; the cost then does not grow with
-        maximum_iterations). Raise it for long loops to run at stored speed.
+        (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per example under vmap. If
+        maximum_iterations (a Python int) steps fit, all are stored; otherwise
+        the first steps that fit are, and the later ones are recomputed from
+        copies of loop_vars (as `checkpoints=K`, K <= 64 in at most a quarter of
+        the budget; the cost then does not grow with maximum_iterations). Raise
+        it for long loops to run at stored speed.
 
     Raises:
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves

@@ -20,6 +20,9 @@ A loop's policy is one frozen value, the `gradient` parameter of
 
 The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
+It and the budget's gradient While carry those stacks; differentiated again (higher
+orders), they keep only the copies of their carry that fit the budget
+(`Checkpointed.nbytes`), at least 2.
 """
 from __future__ import annotations
 
