@@ -31,6 +31,7 @@ LONG_TESTS = {
     "test_forward_mode_and_second_order",
     "test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_exports",
     "test_rows_at_carried_positions_read_nothing_back_and_match_python",
+    "test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit",
 }
 
 

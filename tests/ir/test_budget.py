@@ -108,6 +108,47 @@ def test_checkpoints_and_maximum_iterations_keep_their_meaning():
     assert policy(maximum_iterations=50) == (50, None)
 
 
+@pytest.mark.parametrize("checkpoints", [40, 41, 10**9])
+def test_checkpoints_covering_the_bound_store_every_step(checkpoints):
+    """K >= maximum_iterations keeps no schedule: a forward While pushing rows and a
+    gradient While popping them (the stored path), no checkpoint slot or restore."""
+    options = dict(checkpoints=checkpoints, maximum_iterations=40)
+    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
+    jaxpr = jax.make_jaxpr(grad)(X, W).jaxpr
+    assert _loop_kinds(jaxpr) == [("forward", checkpoints, 1, 0), ("gradient", None, 0, 1)]
+    assert not {"cond", "sort", "dynamic_update_slice", "while"} & set(_primitives(jaxpr))
+    for n in [0, 1, 39, 40]:
+        check_grad(options, n)
+
+
+def test_checkpoints_below_the_bound_keep_their_schedule():
+    options = dict(checkpoints=39, maximum_iterations=40)
+    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
+    assert _loop_kinds(jax.make_jaxpr(grad)(X, W).jaxpr) == [
+        ("forward", 39, 0, 0), ("gradient", 39, 0, 0)]
+    check_grad(options, 40)
+
+
+def test_fori_loop_with_checkpoints_covering_its_trip_count_stores_every_step():
+    def f(x, checkpoints):
+        return jnp.sum(whilst.lax.fori_loop(
+            0, 5, lambda i, x: jnp.sin(x) * W + 0.1 * i, x, checkpoints=checkpoints) ** 2)
+
+    def want(x):
+        for i in range(5):
+            x = jnp.sin(x) * W + 0.1 * i
+        return jnp.sum(x ** 2)
+
+    for checkpoints in [5, 2**30]:
+        jaxpr = jax.make_jaxpr(jax.grad(functools.partial(f, checkpoints=checkpoints)))(X).jaxpr
+        assert [k[2:] for k in _loop_kinds(jaxpr)] == [(1, 0), (0, 1)]
+        np.testing.assert_allclose(jax.grad(f)(X, checkpoints), jax.grad(want)(X),
+                                   rtol=2e-6, atol=1e-7)
+    assert [k[2:] for k in _loop_kinds(
+        jax.make_jaxpr(jax.grad(functools.partial(f, checkpoints=4)))(X).jaxpr)] == [
+        (0, 0), (0, 0)]
+
+
 def test_cost_is_flat_in_maximum_iterations():
     # Past the budget, the stored rows stop growing with the bound.
     stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 16, 1 << 30]]

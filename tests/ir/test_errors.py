@@ -128,6 +128,55 @@ def test_gradient_memory_must_be_a_non_negative_int_of_bytes():
     with pytest.raises(ValueError, match=r"gradient_memory must be 0 or more bytes; "
                                          r"found -1"):
         loop(gradient_memory=-1)
+    with pytest.raises(ValueError, match=r"gradient_memory must be at most 17179869184 bytes "
+                                         r"\(16 GiB\); found 1000000000000000"):
+        loop(gradient_memory=10**15)
+
+
+def _sin_loss(x, **options):
+    _, y = whilst.while_loop(lambda i, y: i < 5, lambda i, y: (i + 1, jnp.sin(y) * 1.1),
+                             [0, x], **options)
+    return jnp.sum(y)
+
+
+def _sin_oracle(x):
+    for _ in range(5):
+        x = jnp.sin(x) * 1.1
+    return jnp.sum(x)
+
+
+def test_the_largest_budget_traces_without_overflow():
+    # Traced only: eagerly, an unbounded loop's chunk stacks would take the 16 GiB.
+    grad = jax.grad(functools.partial(_sin_loss, gradient_memory=2**34))
+    jaxpr = jax.make_jaxpr(grad)(jnp.ones(3)).jaxpr
+    chunk_stacks = [p.chunk_stacks for p in (e.params["gradient"] for e in jaxpr.eqns
+                                             if e.primitive.name == "functional_while")
+                    if hasattr(p, "chunk_stacks")]
+    assert chunk_stacks and all(0 < np.prod(shape) * np.dtype(dtype).itemsize <= 2**34
+                                for stacks in chunk_stacks for shape, dtype in stacks)
+
+
+@pytest.mark.parametrize("options", [
+    dict(gradient_memory=0), dict(gradient_memory=64),   # tiny budgets
+    dict(checkpoints=2**31 - 1, maximum_iterations=5),   # covers the loop: stores it
+])
+def test_extreme_budgets_differentiate(options):
+    x = jnp.linspace(0.1, 0.9, 3)
+    np.testing.assert_allclose(jax.grad(functools.partial(_sin_loss, **options))(x),
+                               jax.grad(_sin_oracle)(x), rtol=1e-6)
+
+
+def test_checkpoints_beyond_memory_name_the_largest_accepted():
+    with pytest.raises(ValueError, match=r"at most checkpoints=858993459 for these loop_vars"):
+        _sin_loss(jnp.ones(4), checkpoints=10**9)
+
+
+def test_huge_unroll_runs_64_steps_per_iteration_under_jit():
+    from whilst.lowering import unroll_factors
+    lowered = jax.jit(functools.partial(_sin_loss, unroll=10**6)).lower(jnp.ones(3))
+    assert unroll_factors(lowered.as_text()) == [64]
+    x = jnp.linspace(0.1, 0.9, 3)
+    np.testing.assert_allclose(lowered.compile()(x), _sin_oracle(x), rtol=1e-6)
 
 
 def test_body_output_structure_differs_names_the_entry():

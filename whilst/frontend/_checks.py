@@ -13,7 +13,7 @@ import jax
 from jax import core as jax_core
 from jax.tree_util import keystr
 
-from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy
+from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy, stores_every_step
 
 
 def path_name(root: str, path) -> str:
@@ -265,24 +265,33 @@ def check_gradient_memory(gradient_memory) -> int | None:
     if gradient_memory < 0:
         raise ValueError(f"while_loop: gradient_memory must be 0 or more bytes; found "
                          f"{gradient_memory}. Pass 0 to store no step (checkpoints only).")
+    if gradient_memory > MAX_GRADIENT_MEMORY:
+        raise ValueError(f"while_loop: gradient_memory must be at most {MAX_GRADIENT_MEMORY} "
+                         f"bytes (16 GiB); found {gradient_memory}. To store every step of "
+                         f"a loop of at most N steps, pass maximum_iterations=N and "
+                         f"checkpoints=N (or a gradient_memory that holds N steps' rows).")
     return int(gradient_memory)
 
 
 MAX_CHECKPOINT_BYTES = 2**34
+MAX_GRADIENT_MEMORY = 2**34
 
 
-def check_checkpoint_memory(gradient, leaves) -> None:
+def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
     """Refuse `checkpoints=K` (a `Checkpointed(K)` policy) whose K copies of the loop
-    variables exceed 16 GiB."""
-    if not isinstance(gradient, Checkpointed):
+    variables exceed 16 GiB; K at least the loop's static bound stores every step
+    instead (`stores_every_step`) and is not refused."""
+    if not isinstance(gradient, Checkpointed) or stores_every_step(gradient, static_bound):
         return
     checkpoints = gradient.checkpoints
     per_copy = sum(int(np.prod(x.shape, dtype=object)) * np.dtype(x.dtype).itemsize
                    for x in leaves)
     if checkpoints * per_copy > MAX_CHECKPOINT_BYTES:
+        largest = max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1))
         raise ValueError(
             f"while_loop: checkpoints={checkpoints} keeps {checkpoints} copies of loop_vars "
             f"({per_copy} bytes each, {checkpoints * per_copy / 2**30:.1f} GiB in all), more "
-            f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows. Pass fewer, e.g. "
-            f"checkpoints={max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1) // 1024)}: "
-            f"recomputation grows only logarithmically as they shrink.")
+            f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows: at most "
+            f"checkpoints={largest} for these loop_vars. Pass far fewer, e.g. "
+            f"checkpoints={max(1, largest // 1024)}: recomputation grows only "
+            f"logarithmically as they shrink.")

@@ -45,19 +45,23 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       return_same_structure: False returns the final loop_vars bare for a single
         loop var and as a list for several; True in the structure of loop_vars.
       unroll: loop steps per emitted `stablehlo.while` iteration; None chooses
-        from the body's size (up to 64). Results and gradients are the same.
-      checkpoints: None, or K > 0: reverse mode keeps K copies of loop_vars,
+        from the body's size (up to 64). Larger values run 64 (16 in exports for a
+        GPU). Results and gradients are the same.
+      checkpoints: None, or K > 0: with K at least a Python-int
+        maximum_iterations, reverse mode stores every step (as a budget that
+        holds them all); otherwise it keeps K copies of loop_vars,
         stored online (Stumm and Walther, then Wang and Moin), and recomputes the
         other steps by binomial (revolve) schedules: `whilst.ir.schedule_cost(n,
         K)` extra body evaluations for n steps (none while n <= K; each step at
         most once more while n < (K+1)(K+2)/2).
       gradient_memory: bytes reverse mode may hold for this loop when checkpoints
-        is None; None means 1 MiB (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per
-        example under vmap. If maximum_iterations (a Python int) steps fit, all
-        are stored; otherwise the first steps that fit are, and the later ones
-        are recomputed from copies of loop_vars (as `checkpoints=K`, K <= 64 in at
-        most a quarter of the budget; the cost then does not grow with
-        maximum_iterations). Raise it for long loops to run at stored speed.
+        is None, at most 16 GiB; None means 1 MiB
+        (`whilst.ir.DEFAULT_GRADIENT_MEMORY`), per example under vmap. If
+        maximum_iterations (a Python int) steps fit, all are stored; otherwise
+        the first steps that fit are, and the later ones are recomputed from
+        copies of loop_vars (as `checkpoints=K`, K <= 64 in at most a quarter of
+        the budget; the cost then does not grow with maximum_iterations). Raise
+        it for long loops to run at stored speed.
 
     Raises:
       TypeError: cond or body not callable, loop_vars not a list/tuple, leaves
@@ -89,7 +93,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     def check_carry(carry, out_avals):
         _check_dtypes(paths, carry, out_avals)
-        checks.check_checkpoint_memory(options["gradient"], carry)
+        checks.check_checkpoint_memory(options["gradient"], options["static_bound"], carry)
 
     outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",

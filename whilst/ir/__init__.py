@@ -9,7 +9,7 @@ from whilst.ir.reverse._schedule import schedule_cost
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
 from whilst.ir.reverse._policy import (
-    DEFAULT_GRADIENT_MEMORY, Budget, Checkpointed, gradient_policy)
+    DEFAULT_GRADIENT_MEMORY, Budget, Checkpointed, gradient_policy, stores_every_step)
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
 from whilst.ir.reverse._stored import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
@@ -22,6 +22,7 @@ __all__ = [
     "checkpointed_linear_while_p", "expand_checkpointed_linear_while", "expand_linear_while",
     "exported_loop_forms", "functional_while",
     "functional_while_p", "gradient_policy", "iter_loops", "linear_while_p", "residual_report",
-    "schedule_cost", "split_operands", "trace", "trace_with_consts", "uninitialized_p",
+    "schedule_cost", "split_operands", "stores_every_step", "trace", "trace_with_consts",
+    "uninitialized_p",
     "unroll_factor",
 ]

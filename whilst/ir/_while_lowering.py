@@ -41,7 +41,7 @@ from whilst.ir._functional_while import split_operands
 from whilst.ir._loop_forms import loop_form
 from whilst.ir._stacks import pushed_rows, split_pops
 from whilst.ir._trip_count import counter_trips, integer_strides
-from whilst.ir._unroll import unroll_factor, unrolled_scans
+from whilst.ir._unroll import MAX_UNROLL, unroll_factor, unrolled_scans
 from whilst.ir.iree_forms._device_indexing import device_indexing
 from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir.iree_forms._onehot import onehot_indexing
@@ -86,11 +86,11 @@ def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
 
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll):
     """`(cond_jaxpr, body_jaxpr, k)`: k loop steps per emitted iteration, `unroll`
-    if given; otherwise automatic when exporting (for IREE, which pays per
-    iteration, `exported_loop_forms` before its indexing forms) and 1 under
-    `jax.jit` (XLA gains little and compiles longer)."""
+    if given (at most MAX_UNROLL); otherwise automatic when exporting (for IREE,
+    which pays per iteration, `exported_loop_forms` before its indexing forms)
+    and 1 under `jax.jit` (XLA gains little and compiles longer)."""
     if not ctx.module_context.lowering_parameters.for_export:
-        return cond_jaxpr, body_jaxpr, 1 if unroll is None else unroll
+        return cond_jaxpr, body_jaxpr, 1 if unroll is None else min(unroll, MAX_UNROLL)
     return _loop_forms(cond_jaxpr, body_jaxpr, unroll)
 
 

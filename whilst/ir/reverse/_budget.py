@@ -82,12 +82,13 @@ MIN_CHUNK_ROWS = 2
 def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
     """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
     copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
-    budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit."""
+    budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit, and S is at
+    most UNBOUNDED (a loop's most steps)."""
     if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
         return 0, MAX_CHECKPOINTS // 4  # sizes unknown: checkpoints only
     carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
     K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
-    rows = max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1)
+    rows = min(max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1), UNBOUNDED)
     return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K
 
 
@@ -118,6 +119,7 @@ class _Chunks:
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
     grad_unroll: int      # lays out the stacks (see `_stored.py`)
+    unroll: int | None    # the loop's `unroll`, given to the chunk's gradient While
 
     @classmethod
     def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
@@ -127,7 +129,7 @@ class _Chunks:
                           f"{name}_chunk_primal")
         return cls(S, name, gradient, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
-                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S))
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S), unroll)
 
     @property
     def carry_avals(self):
@@ -188,7 +190,7 @@ class _Chunks:
         outs = linear_while_transpose(
             ct, steps, *invariants, *stacks, *dconsts, *dcarry,
             body_jaxpr=self.lin_body, n_invariants=ninv, n_stacks=nstk, n_dconsts=ndc,
-            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.grad_unroll)
+            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.unroll)
         ct_dconsts, ct = split_list(outs[1 + ninv + nstk:], [ndc])
         return ct, ct_dconsts
 
@@ -258,7 +260,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                 "budget_forward_body"),
         static_bound=None if static_bound is None else -(-static_bound // S),
         name=name, role=role, gradient=ChunkedLoop(
-            checkpoints=K, chunk_steps=S,
+            checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
             chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
                                for a in chunks.stack_avals)))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
@@ -385,7 +387,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "budget_gradient_body"),
         static_bound=None, name=chunks.name, role="gradient",
-        gradient=Checkpointed(K))
+        gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
     ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]

@@ -4,10 +4,11 @@ policy (`_policy.py`)::
     if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
     forward While with accumulators):
         the same, on its explicit form (_stacks.py)
-    elif policy is Checkpointed(K):
-        checkpointed_linearize(...)          # _checkpointed.py
-    elif static_bound rows of residuals fit in Budget(nbytes):
+    elif policy stores every step (`stores_every_step`: Checkpointed(K) with
+            K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
+    elif policy is Checkpointed(K):
+        checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
         budget_linearize(...)                # _budget.py
 """
@@ -16,10 +17,12 @@ from __future__ import annotations
 import jax
 from jax.interpreters.ad import Zero
 
+from whilst._jax_compat import is_constant_shape
+from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
-from whilst.ir.reverse._policy import Checkpointed
+from whilst.ir.reverse._policy import Checkpointed, stores_every_step
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 
 
@@ -34,14 +37,16 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
         return out, out_nz, residuals, lambda res, *t: linearized(
             res, *explicit_layout(params, t, stack_zeros))
     params = {k: v for k, v in params.items() if k not in NO_STACKS}
-    policy = params["gradient"]
-    if isinstance(policy, Checkpointed):
+    policy, static_bound = params["gradient"], params["static_bound"]
+    if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
         del params["gradient"]
-        return checkpointed_linearize(nzs, *primals, **params, checkpoints=policy.checkpoints)
+        carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
+        carry_bytes = (sum(map(nbytes, carry_avals))
+                       if all(is_constant_shape(a.shape) for a in carry_avals) else None)
+        return checkpointed_linearize(nzs, *primals, **params,
+                                      checkpoints=policy.copies(carry_bytes))
     steps = step_residuals(is_vjp, nzs, *primals, **params)
-    static_bound = params["static_bound"]
-    if static_bound is not None and (steps.row_bytes is None
-                                     or static_bound * steps.row_bytes <= policy.nbytes):
+    if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps)

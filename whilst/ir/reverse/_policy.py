@@ -10,11 +10,19 @@ A loop's policy is one frozen value, the `gradient` parameter of
             chunks of as many stored steps as fit, copies of the
             carry at chunk starts, each chunk recomputed once    (_budget.py)
     Checkpointed(K)           # `checkpoints=K`:
-        K copies of the carry, every step recomputed by the
-        binomial schedule                                        (_checkpointed.py)
+        if K >= maximum_iterations (the loop's static bound):
+            store every step's residuals                         (_stored.py)
+        else:
+            K copies of the carry, every step recomputed by the
+            binomial schedule                                    (_checkpointed.py)
+
+(`stores_every_step` says which loops store every step.)
 
 The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
+It and the budget's gradient While carry those stacks; differentiated again (higher
+orders), they keep only the copies of their carry that fit the budget
+(`Checkpointed.nbytes`), at least 2.
 """
 from __future__ import annotations
 
@@ -31,8 +39,20 @@ class Budget:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpointed:
-    """Keep `checkpoints` copies of the carry and recompute every step."""
+    """Keep `checkpoints` copies of the carry and recompute every step; with
+    `nbytes` (the loops `_budget.py` builds, whose carries hold a chunk's stacks),
+    only as many copies as fit in `nbytes`, and at least 2 (`copies`)."""
     checkpoints: int
+    nbytes: int | None = None
+
+    def copies(self, carry_bytes: int | None) -> int:
+        """The copies of a carry of `carry_bytes` bytes (None: symbolic) to keep::
+
+            min(checkpoints, max(2, nbytes // carry_bytes))   # checkpoints if no nbytes
+        """
+        if self.nbytes is None or carry_bytes is None:
+            return self.checkpoints
+        return min(self.checkpoints, max(2, self.nbytes // max(carry_bytes, 1)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,6 +63,24 @@ class ChunkedLoop(Checkpointed):
     name)`."""
     chunk_steps: int
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
+
+
+def stores_every_step(policy: Budget | Checkpointed, static_bound: int | None,
+                      row_bytes: int | None = None) -> bool:
+    """Whether reverse mode stores the residuals of every step of a loop of at most
+    `static_bound` steps (None: unbounded) whose steps store `row_bytes` bytes each
+    (None: symbolic sizes; not needed for `Checkpointed`)::
+
+        Checkpointed(K): K >= static_bound          (not the budget's ChunkedLoop)
+        Budget(nbytes):  static_bound * row_bytes <= nbytes, or row_bytes symbolic
+    """
+    if static_bound is None:
+        return False
+    if isinstance(policy, ChunkedLoop):
+        return False
+    if isinstance(policy, Checkpointed):
+        return policy.checkpoints >= static_bound
+    return row_bytes is None or static_bound * row_bytes <= policy.nbytes
 
 
 def gradient_policy(checkpoints: int | None = None,

@@ -1,0 +1,57 @@
+"""Higher derivatives and nested unbounded loops under the default policy
+(TensorFlow's testIteratedGradients and testNestedWhileGrad_Simple): values against
+JAX's derivatives of the loops unrolled in Python, memory from XLA's compiled memory
+analysis, size from the lowered module."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import whilst
+from helpers import unrolled
+from whilst.ir import DEFAULT_GRADIENT_MEMORY
+from whilst.lowering import unroll_factors
+
+
+def cos_twice(x):
+    return whilst.while_loop(lambda i, _: i < 2, lambda i, y: (i + 1, jnp.cos(y)), [0, x])[1]
+
+
+def cos_twice_unrolled(x):
+    return jnp.cos(jnp.cos(x))
+
+
+def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit():
+    grad2 = jax.grad(jax.grad(cos_twice))
+    want = jax.grad(jax.grad(cos_twice_unrolled))(1.0)
+    np.testing.assert_allclose(grad2(1.0), want, rtol=1e-6)
+    compiled = jax.jit(grad2).lower(1.0).compile()
+    np.testing.assert_allclose(compiled(1.0), want, rtol=1e-6)
+    # The loops of the first derivative carry a chunk's stacks (the 1 MiB budget):
+    # the second keeps a few copies of them (the budget's loops keep only the
+    # copies of their carry that fit it), not 64.
+    assert compiled.memory_analysis().temp_size_in_bytes < 32 * DEFAULT_GRADIENT_MEMORY
+
+
+def _nested(v):
+    """TensorFlow's testNestedWhileGrad_Simple: unbounded loops, one inside the other."""
+    def inner(s):
+        return whilst.while_loop(lambda x: x < 4.0, lambda x: x * 2.0, [s])
+    return whilst.while_loop(lambda x: x < 2.0, lambda x: inner(x) * 2.0, [v])
+
+
+def _nested_unrolled(v):
+    return unrolled(lambda x: x < 2.0,
+                    lambda x: unrolled(lambda y: y < 4.0, lambda y: y * 2.0, [x])[0] * 2.0,
+                    [v])[0]
+
+
+def test_nested_unbounded_loops_emit_one_step_per_iteration_under_jit():
+    """The budget's chunk gradients run their loop's own `unroll` (none: one step per
+    `stablehlo.while` iteration under jax.jit), not the factor their stacks are laid
+    out for: 64 unrolled copies in every nested chunk made this 20 MB of HLO."""
+    lowered = jax.jit(jax.grad(_nested)).lower(1.0)
+    factors = unroll_factors(lowered.as_text())
+    assert len(factors) == 18 and set(factors) == {1}
+    for v in [0.3, 1.0, 1.5, 3.0]:
+        np.testing.assert_allclose(lowered.compile()(v), jax.grad(_nested_unrolled)(v),
+                                   rtol=1e-6)
