@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._tracing import trace_closed
@@ -79,6 +81,12 @@ def _open(jaxpr):
     return jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
 
 
+def _array(var, value):
+    """A literal's value (a Python scalar, e.g. the `True` of `x.at[i].set(True)`) as a
+    numpy array of its aval's dtype, so that rules can read `.shape` and `.dtype`."""
+    return np.asarray(value, var.aval.dtype) if isinstance(var, Literal) else value
+
+
 def _eval(jaxpr, consts, rule, *args):
     """`jaxpr(*consts, *args)` on the current trace, with `rule`'s forms for the
     equations it picks and the `INLINED` calls evaluated in line."""
@@ -96,7 +104,7 @@ def _eval(jaxpr, consts, rule, *args):
         rewritten = rule(eqn)
         sub = INLINED.get(eqn.primitive.name)
         if rewritten is not None:
-            outs = rewritten(*invals, **eqn.params)
+            outs = rewritten(*map(_array, eqn.invars, invals), **eqn.params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         elif sub in eqn.params:
             inner = eqn.params[sub]

@@ -11,7 +11,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
   * with symbolic dimensions, every dynamic dimension is computed from the
     arguments' own (`_iree_dims`);
   * the module is canonicalized and CSE'd, loop carries that start from one
-    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), and
+    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), every
+    loop body reads every carry (`_iree_unread_carries`, also in loops whilst did
+    not emit, such as a library's `lax.while_loop`), and
     results computed before a loop are returned through a copy made after it
     (`_iree_loops.results_after_loops`), as are results computed from
     constants alone (`_iree_loops.constant_results_copied`);
@@ -53,6 +55,7 @@ from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
+from whilst.lowering._iree_unread_carries import unread_carries_read
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -91,6 +94,7 @@ def prepare(exports, targets=None) -> str:
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
+            unread_carries_read(module)
             results_after_loops(module)
             constant_results_copied(module)
             if dynamic:
