@@ -10,6 +10,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
+from whilst.ir.iree_forms._unportable_ops import refuse_unportable_ops
 from whilst.ir._gpu_export import exporting_for_gpu
 from whilst.ir.iree_forms._carried_booleans import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.runtime.signature import LEAF, encode_tree
@@ -65,7 +66,10 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
       records the argument names of `fn`'s Python signature, when it has them).
 
     Raises:
-      ValueError: `name` is not a Python identifier (it names files and symbols).
+      ValueError: `name` is not a Python identifier (it names files and symbols), or
+        `fn` holds a host callback (equinox's error checks: set EQX_ON_ERROR=nan) or
+        LAPACK linear algebra, which no compiled module can run
+        (`whilst.ir.iree_forms._unportable_ops`).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"export: name must be a Python identifier (it becomes a symbol "
@@ -100,6 +104,7 @@ def _in_iree_forms(fn, specs):
     when lowered, `whilst.ir._while_lowering`), an equivalent function in the forms
     IREE compiles and runs as XLA does (`whilst.ir.iree_forms._export_forms`)."""
     closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*specs)
+    refuse_unportable_ops(closed)
     rewritten = export_forms(closed)
     if rewritten is closed:
         return fn
