@@ -40,7 +40,8 @@ def unread_carries_read(module) -> None:
         body = loop.regions[1].blocks[0]
         ret = list(body.operations)[-1].operation
         news = list(ret.operands)
-        computed = [i for i, v in enumerate(news) if _computed_in(v, body)]
+        memo = {}
+        computed = [i for i, v in enumerate(news) if _computed_in(v, body, memo)]
         unread = {i for i, old in enumerate(body.arguments) if not list(old.uses)}
         combined = {i for i, v in enumerate(news) if i not in computed or v in news[:i]}
         if not computed or not unread and not combined:
@@ -104,12 +105,18 @@ def _spread(scalar, tensor):
         attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])}).result
 
 
-def _computed_in(value, body) -> bool:
-    """Whether `value` is an argument of `body` or computed there by an op other than
-    a constant (not a value from outside the loop)."""
+def _computed_in(value, body, memo=None) -> bool:
+    """Whether `value` depends on an argument of `body` (is computed in the loop: IREE
+    folds or hoists out of the loop what does not, constants broadcast in the body
+    included)."""
     from iree.compiler import ir
 
+    memo = {} if memo is None else memo
     if isinstance(value, ir.BlockArgument):
         return value.owner == body
+    if value in memo:
+        return memo[value]
     op = value.owner.operation
-    return op.block == body and op.name != "stablehlo.constant"
+    memo[value] = False
+    memo[value] = op.block == body and any(_computed_in(v, body, memo) for v in op.operands)
+    return memo[value]
