@@ -13,6 +13,7 @@ from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir.iree_forms._unportable_ops import refuse_unportable_ops
 from whilst.ir._gpu_export import exporting_for_gpu
 from whilst.ir.iree_forms._carried_booleans import VULKAN_BOOLEANS, booleans_carried_as
+from whilst.lowering._portable_linalg import portable_linear_algebra
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -80,7 +81,8 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
     exported_fn = _in_iree_forms(fn, specs)
     storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
     gpu = any(t != "llvm-cpu" for t in targets)
-    with booleans_carried_as(storage), exporting_for_gpu(gpu), threefry_rounds_unrolled():
+    with booleans_carried_as(storage), exporting_for_gpu(gpu), threefry_rounds_unrolled(), \
+            portable_linear_algebra():
         # A new function each time: JAX must not reuse a lowering of the other storage.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)

@@ -5,16 +5,16 @@ Host callbacks (`jax.pure_callback`, `jax.experimental.io_callback`,
 which diffrax, optimistix and lineax use) call back into Python: `jax.export` cannot
 serialise them and IREE has no host to call. JAX's linear algebra on CPU (`lu`,
 `triangular_solve`, `cholesky`, `eigh`, `svd`, `qr`, ...) lowers to LAPACK custom
-calls, which IREE has no kernels for.
+calls, which IREE has no kernels for; `lu` and `triangular_solve` are exported in
+lax ops instead (`whilst.lowering._portable_linalg`), the others refused.
 """
 from __future__ import annotations
 
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 CALLBACKS = {"pure_callback", "io_callback", "debug_callback", "debug_print"}
-LAPACK = {"lu", "triangular_solve", "cholesky", "eig", "eigh", "svd", "qr", "geqrf",
-          "geqp3", "householder_product", "hessenberg", "schur", "tridiagonal",
-          "tridiagonal_solve", "lu_pivots_to_permutation"}
+LAPACK = {"cholesky", "eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product",
+          "hessenberg", "schur", "tridiagonal", "tridiagonal_solve"}
 
 
 def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
@@ -27,11 +27,11 @@ def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
         if name in LAPACK:
             raise ValueError(
                 f"export: the function calls `{name}` (JAX's linear algebra, e.g. "
-                f"jnp.linalg.solve, jax.scipy.linalg, lineax.LU/Cholesky/QR/SVD, an "
-                f"optimistix Newton step), which JAX lowers on CPU to a LAPACK custom "
-                f"call that IREE cannot compile. Use a solver built from jax.numpy "
-                f"ops instead (e.g. lineax.CG or lineax.GMRES, optimistix.BFGS, or a "
-                f"hand-written Gaussian elimination).")
+                f"jnp.linalg.cholesky/eigh/svd/qr, lineax.Cholesky/QR/SVD), which JAX "
+                f"lowers on CPU to a LAPACK custom call that IREE cannot compile. Solve "
+                f"with an LU factorization instead (jnp.linalg.solve, lineax.LU, "
+                f"exported in portable ops), or an iterative solver (lineax.CG, "
+                f"lineax.GMRES).")
 
 
 def _callback_message(eqn) -> str:
