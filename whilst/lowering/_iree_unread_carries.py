@@ -8,16 +8,17 @@ recomputes from scratch): after it rotates the loop, a canonicalization drops th
 carry and stream conversion fails ("region branch point has 4 operands, but region
 successor needs 2 inputs"; a segfault in ScfWhileOpConversion in larger modules;
 `iree_limits/unread_loop_carry.mlir`, `iree_limits/unread_loop_predicate.mlir`).
-A carry whose new value is a constant (or computed outside the loop), read or not,
-fails the same way (the gradient of a diffrax solve, whose tangents restart from
-zeros).
+It fails the same way on a carry whose new value does not depend on the carries
+(a constant: the gradient of a diffrax solve, whose tangents restart from zeros),
+and on two carries given one new value.
 
-So each such new value is computed in the body, from an identity element hidden by
-an optimization barrier that also holds a value the body computes, and each unread
-carry is read by a select on a hidden `True`. No barrier holds a carry or a constant
-in the loop: IREE 3.13 packs a loop's constant initial values into one allocation,
-and such a barrier makes it bind one buffer to several loop results, a module that
-fails on every call (`iree_limits/barrier_on_constant_init.mlir`).
+So the body computes a `true` IREE cannot fold: the first element of a carry's new
+value compared, bit for bit, with itself through the two results of an optimization
+barrier. Each unread carry is read by a select on it, and each new value that is
+constant or shared is combined with an identity element selected by it. No barrier
+holds a constant: IREE 3.13 packs constants with a loop's initial values, and such
+a barrier makes it bind one buffer to several values, a module that fails on every
+call (`iree_limits/barrier_on_constant_init.mlir`).
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from whilst.lowering._iree_loops import identity_element
 
 
 def unread_carries_read(module) -> None:
-    """In each `stablehlo.while` of `module`, with `e` an identity element of a carry's
-    dtype and `true` hidden from folding (each carry its own, passed through a barrier
-    with a new value the body computes)::
+    """In each `stablehlo.while` of `module`, with `true` computed in the body from a
+    new value (not foldable) and `e_k = e if true else k`, `e` the identity element of
+    the carry's dtype and `k` a constant of its own per carry::
 
-        new = combine(new, e)            # a new value constant, computed outside the
+        new = combine(new, e_k)          # a new value constant, computed outside the
                                          # loop, or another carry's new value too
         new = select(true, new, old)     # a carry the body does not read
     """
@@ -41,59 +42,100 @@ def unread_carries_read(module) -> None:
         ret = list(body.operations)[-1].operation
         news = list(ret.operands)
         memo = {}
-        computed = [i for i, v in enumerate(news) if _computed_in(v, body, memo)]
+        computed = [i for i, v in enumerate(news)
+                    if _computed_in(v, body, memo) and _real_or_integer(v)]
         unread = {i for i, old in enumerate(body.arguments) if not list(old.uses)}
-        combined = {i for i, v in enumerate(news) if i not in computed or v in news[:i]}
+        combined = {i for i, v in enumerate(news)
+                    if not _computed_in(v, body, memo) or v in news[:i]}
         if not computed or not unread and not combined:
             continue
-        elements = {i: ir.RankedTensorType(v.type).element_type for i, v in enumerate(news)}
-        boolean = ir.IntegerType.get_signless(1)
-        hidden = _hidden_scalars(loop, ret, computed[0], [
-            *((i, elements[i], identity_element(elements[i])[0]) for i in sorted(combined)),
-            *((i, boolean, ir.BoolAttr.get(True)) for i in sorted(unread))])
-        for index in sorted(unread | combined):
-            new, old = ret.operands[index], body.arguments[index]
-            tensor = ir.RankedTensorType(new.type)
-            with ir.InsertionPoint(ret), ret.location:
+        with ir.InsertionPoint(ret), ret.location:
+            true = _hidden_true(ret, computed[0])
+            for serial, index in enumerate(sorted(unread | combined)):
+                new, old = ret.operands[index], body.arguments[index]
+                tensor = ir.RankedTensorType(new.type)
                 if index in combined:
-                    _, combine = identity_element(tensor.element_type)
-                    new = ir.Operation.create(combine, results=[tensor], operands=[
-                        new, _spread(hidden[index, identity_element(tensor.element_type)[0]], tensor)]).result
+                    identity, combine = identity_element(tensor.element_type)
+                    e = _select(true, _scalar(tensor.element_type, identity),
+                                _scalar(tensor.element_type, _other(tensor.element_type, serial)))
+                    new = _op(combine, tensor, new, _spread(e, tensor))
                 if index in unread:
-                    new = ir.Operation.create("stablehlo.select", results=[tensor], operands=[
-                        _spread(hidden[index, ir.BoolAttr.get(True)], ir.RankedTensorType.get(
-                            tensor.shape, ir.IntegerType.get_signless(1))), new, old]).result
-            ret.operands[index] = new
+                    new = _op("stablehlo.select", tensor, _spread(true, ir.RankedTensorType.get(
+                        tensor.shape, ir.IntegerType.get_signless(1))), new, old)
+                ret.operands[index] = new
 
 
-def _hidden_scalars(loop, ret, anchor, wanted) -> dict:
-    """For each `(index, element, value)` of `wanted`, the scalar `value` keyed
-    `(index, value)`, passed through an optimization barrier in the body with the new
-    value of carry `anchor` (and made before the loop behind a barrier of its own,
-    as `_iree_loops._opaque_copy`)."""
+def _hidden_true(ret, anchor):
+    """A scalar `True` computed from the new value of carry `anchor`, which passes
+    an optimization barrier twice (its first element compared bit for bit)."""
     from iree.compiler import ir
 
-    outside = []
-    with ir.InsertionPoint(loop), loop.location:
-        for _, element, value in wanted:
-            scalar = ir.RankedTensorType.get([], element)
-            outside.append(ir.Operation.create(
-                "stablehlo.constant", results=[scalar],
-                attributes={"value": ir.DenseElementsAttr.get_splat(scalar, value)}).result)
-        outside = _barrier(outside)
-    with ir.InsertionPoint(ret), ret.location:
-        inside = _barrier([ret.operands[anchor], *outside])
-    ret.operands[anchor] = inside[0]
-    return {(index, value): v for (index, _, value), v in zip(wanted, inside[1:])}
+    value = ret.operands[anchor]
+    tensor = ir.RankedTensorType(value.type)
+    first, second = ir.Operation.create("stablehlo.optimization_barrier",
+                                        results=[tensor, tensor], operands=[value, value]).results
+    ret.operands[anchor] = first
+    element = tensor.element_type
+    width = (ir.IntegerType(element) if isinstance(element, ir.IntegerType)
+             else ir.FloatType(element)).width
+    bits = ir.IntegerType.get_signless(width)
+    scalars = []
+    for v in (first, second):
+        if tensor.rank:
+            one = ir.RankedTensorType.get([1] * tensor.rank, element)
+            v = ir.Operation.create("stablehlo.slice", results=[one], operands=[v], attributes={
+                "start_indices": ir.DenseI64ArrayAttr.get([0] * tensor.rank),
+                "limit_indices": ir.DenseI64ArrayAttr.get([1] * tensor.rank),
+                "strides": ir.DenseI64ArrayAttr.get([1] * tensor.rank)}).result
+            v = _op("stablehlo.reshape", ir.RankedTensorType.get([], element), v)
+        if not isinstance(element, ir.IntegerType):
+            v = _op("stablehlo.bitcast_convert", ir.RankedTensorType.get([], bits), v)
+        scalars.append(v)
+    return ir.Operation.create(
+        "stablehlo.compare", results=[ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))],
+        operands=scalars,
+        attributes={"comparison_direction": ir.Attribute.parse(
+            "#stablehlo<comparison_direction EQ>")}).result
 
 
-def _barrier(values) -> list:
-    """`stablehlo.optimization_barrier(*values)` at the current insertion point."""
+def _real_or_integer(value) -> bool:
+    """Whether `value` is a non-empty tensor of floats, integers or booleans (no
+    complex numbers), whose first element can be compared bit for bit."""
     from iree.compiler import ir
 
-    return list(ir.Operation.create("stablehlo.optimization_barrier",
-                                    results=[v.type for v in values],
-                                    operands=values).results)
+    tensor = ir.RankedTensorType(value.type)
+    return (tensor.has_static_shape and all(d > 0 for d in tensor.shape)
+            and (isinstance(tensor.element_type, ir.IntegerType)
+                 or isinstance(tensor.element_type, ir.FloatType)))
+
+
+def _other(element, serial):
+    """A constant of `element` that is not its identity, different per `serial` (so
+    that no two carries' new values are the same expression)."""
+    from iree.compiler import ir
+
+    if isinstance(element, ir.IntegerType):
+        width = ir.IntegerType(element).width
+        return ir.IntegerAttr.get(element, 1 if width == 1 else 1 + serial % 100)
+    return ir.FloatAttr.get(element, 1.0 + serial)
+
+
+def _scalar(element, attr):
+    from iree.compiler import ir
+
+    scalar = ir.RankedTensorType.get([], element)
+    return ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
+        "value": ir.DenseElementsAttr.get_splat(scalar, attr)}).result
+
+
+def _select(predicate, if_true, if_false):
+    return _op("stablehlo.select", if_true.type, predicate, if_true, if_false)
+
+
+def _op(name, result_type, *operands):
+    from iree.compiler import ir
+
+    return ir.Operation.create(name, results=[result_type], operands=list(operands)).result
 
 
 def _spread(scalar, tensor):
@@ -105,18 +147,28 @@ def _spread(scalar, tensor):
         attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])}).result
 
 
-def _computed_in(value, body, memo=None) -> bool:
+def _computed_in(value, body, memo) -> bool:
     """Whether `value` depends on an argument of `body` (is computed in the loop: IREE
     folds or hoists out of the loop what does not, constants broadcast in the body
     included)."""
     from iree.compiler import ir
 
-    memo = {} if memo is None else memo
-    if isinstance(value, ir.BlockArgument):
-        return value.owner == body
-    if value in memo:
-        return memo[value]
-    op = value.owner.operation
-    memo[value] = False
-    memo[value] = op.block == body and any(_computed_in(v, body, memo) for v in op.operands)
+    pending = [value]
+    while pending:
+        v = pending[-1]
+        if isinstance(v, ir.BlockArgument):
+            memo[v] = v.owner == body
+        elif v not in memo:
+            op = v.owner.operation
+            if op.block != body:
+                memo[v] = False
+            else:
+                unknown = [o for o in op.operands if o not in memo
+                           and not isinstance(o, ir.BlockArgument)]
+                if unknown:
+                    pending.extend(unknown)
+                    continue
+                memo[v] = any(o.owner == body if isinstance(o, ir.BlockArgument) else memo[o]
+                              for o in op.operands)
+        pending.pop()
     return memo[value]
