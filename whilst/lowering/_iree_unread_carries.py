@@ -42,15 +42,16 @@ def unread_carries_read(module) -> None:
         ret = list(body.operations)[-1].operation
         news = list(ret.operands)
         memo = {}
-        computed = [i for i, v in enumerate(news)
-                    if _computed_in(v, body, memo) and _real_or_integer(v)]
+        anchors = [i for i, v in enumerate(news)   # computed, not a carry passed on
+                   if _computed_in(v, body, memo) and not isinstance(v, ir.BlockArgument)
+                   and _real_or_integer(v)]
         unread = {i for i, old in enumerate(body.arguments) if not list(old.uses)}
         combined = {i for i, v in enumerate(news)
                     if not _computed_in(v, body, memo) or v in news[:i]}
-        if not computed or not unread and not combined:
+        if not anchors or not unread and not combined:
             continue
         with ir.InsertionPoint(ret), ret.location:
-            true = _hidden_true(ret, computed[0])
+            true = _hidden_true(ret, anchors[0])
             for serial, index in enumerate(sorted(unread | combined)):
                 new, old = ret.operands[index], body.arguments[index]
                 tensor = ir.RankedTensorType(new.type)
