@@ -45,9 +45,10 @@ def unread_carries_read(module) -> None:
         anchors = [i for i, v in enumerate(news)   # computed, not a carry passed on
                    if _computed_in(v, body, memo) and not isinstance(v, ir.BlockArgument)
                    and _real_or_integer(v)]
-        unread = {i for i, old in enumerate(body.arguments) if not list(old.uses)}
-        combined = {i for i, v in enumerate(news)
-                    if not _computed_in(v, body, memo) or v in news[:i]}
+        unread = {i for i, old in enumerate(body.arguments)     # (static shapes only)
+                  if not list(old.uses) and ir.RankedTensorType(old.type).has_static_shape}
+        combined = {i for i, v in enumerate(news) if _real_or_integer(v, empty=True)
+                    and (not _computed_in(v, body, memo) or v in news[:i])}
         if not anchors or not unread and not combined:
             continue
         with ir.InsertionPoint(ret), ret.location:
@@ -99,13 +100,14 @@ def _hidden_true(ret, anchor):
             "#stablehlo<comparison_direction EQ>")}).result
 
 
-def _real_or_integer(value) -> bool:
-    """Whether `value` is a non-empty tensor of floats, integers or booleans (no
-    complex numbers), whose first element can be compared bit for bit."""
+def _real_or_integer(value, empty=False) -> bool:
+    """Whether `value` is a tensor of floats, integers or booleans (no complex
+    numbers), of static shape and, unless `empty`, at least one element (whose first
+    element can be compared bit for bit)."""
     from iree.compiler import ir
 
     tensor = ir.RankedTensorType(value.type)
-    return (tensor.has_static_shape and all(d > 0 for d in tensor.shape)
+    return (tensor.has_static_shape and (empty or all(d > 0 for d in tensor.shape))
             and (isinstance(tensor.element_type, ir.IntegerType)
                  or isinstance(tensor.element_type, ir.FloatType)))
 
