@@ -14,7 +14,7 @@ import functools
 import diffrax
 from equinox.internal._loop.common import common_rewrite
 
-from whilst.frontend._lax import while_loop
+from whilst.lax import while_loop
 
 
 class WhilstAdjoint(diffrax.AbstractAdjoint):
@@ -22,7 +22,8 @@ class WhilstAdjoint(diffrax.AbstractAdjoint):
 
     Args (fields):
       checkpoints: None (store residuals within `gradient_memory`), or K to keep K
-        copies of the solver state and recompute steps (`whilst.while_loop`).
+        copies of the solver state and recompute steps (`whilst.while_loop`), for
+        the step loop (the SaveAt loop, at most len(ts) steps, stores its steps).
       gradient_memory: bytes of residuals per loop (None: whilst's default).
     """
     checkpoints: int | None = None
@@ -30,18 +31,23 @@ class WhilstAdjoint(diffrax.AbstractAdjoint):
 
     def loop(self, *, throw, passed_solver_state, passed_controller_state, **kwargs):
         del throw, passed_solver_state, passed_controller_state
-        loop = functools.partial(whilst_while_loop, checkpoints=self.checkpoints,
-                                 gradient_memory=self.gradient_memory)
-        return self._loop(**kwargs, inner_while_loop=loop, outer_while_loop=loop)
+        step_loop = functools.partial(whilst_while_loop, whilst_checkpoints=self.checkpoints,
+                                      gradient_memory=self.gradient_memory)
+        saveat_loop = functools.partial(whilst_while_loop, gradient_memory=self.gradient_memory)
+        return self._loop(**kwargs, inner_while_loop=saveat_loop, outer_while_loop=step_loop)
 
 
 def whilst_while_loop(cond_fun, body_fun, init_val, *, max_steps=None, buffers=None,
-                      checkpoints=None, gradient_memory=None, **_):
+                      whilst_checkpoints=None, gradient_memory=None, **_):
     """`equinox.internal.while_loop` (its "lax" kind: buffers written in place, at most
-    `max_steps` steps) as a `whilst.lax.while_loop` bounded by `max_steps`."""
+    `max_steps` steps) as a `whilst.lax.while_loop` bounded by `max_steps`, with
+    `checkpoints=whilst_checkpoints` (the `checkpoints` diffrax passes for its own
+    checkpointed kind is ignored, as are the other arguments of other kinds). The carry
+    is rewritten by equinox's own `common_rewrite`, as its "lax" kind does (a private
+    module: the pinned equinox range in pyproject's `test` extra is the tested one)."""
     cond, body, init, _ = common_rewrite(cond_fun, body_fun, init_val, max_steps, buffers,
                                          makes_false_steps=False)
     *_, final = while_loop(cond, body, init, maximum_iterations=max_steps,
-                           checkpoints=checkpoints, gradient_memory=gradient_memory,
+                           checkpoints=whilst_checkpoints, gradient_memory=gradient_memory,
                            name="diffrax")
     return final
