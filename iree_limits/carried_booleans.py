@@ -3,10 +3,9 @@
 back wrong on the `vulkan` driver; the same modules are right on `local-sync`
 and `cuda` (what was measured: README.md).
 
-whilst's loops exported for Vulkan carry every boolean as int32
-(`VULKAN_BOOLEANS`, whilst/ir/iree_forms/_carried_booleans.py); with
-`VULKAN_BOOLEANS = numpy.bool_` the LSTM rows of bench/gpu_check.py fail again on vulkan. Small boolean results of a function are
-not worked around.
+Modules prepared for Vulkan carry and store every boolean as int32 0 or 1
+(`booleans_as_int32`, whilst/lowering/_iree_narrow_types.py); without it the
+LSTM rows of bench/gpu_check.py fail on vulkan.
 
 This script compiles the comparison below for llvm-cpu and vulkan-spirv and,
 where a Vulkan device exists, prints both drivers' results (on the H100:

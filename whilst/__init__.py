@@ -20,8 +20,8 @@ try:
 except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "compile",
-           "export", "lax", "residual_report", "runtime", "trace", "while_loop"]
+__all__ = ["__version__", "CompileError", "Compiled", "Exported", "ResidualReport", "TensorArray",
+           "compile", "export", "lax", "residual_report", "runtime", "trace", "while_loop"]
 
 try:
     import jax as _jax  # noqa: F401
@@ -36,6 +36,6 @@ except ImportError as _error:
 else:
     from whilst import lax
     from whilst._compile import Compiled, compile
-    from whilst.frontend import while_loop
+    from whilst.frontend import TensorArray, while_loop
     from whilst.ir import ResidualReport, residual_report, trace
     from whilst.lowering import CompileError, Exported, export

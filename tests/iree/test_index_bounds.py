@@ -29,6 +29,8 @@ PROGRAMS = {  # name -> fn(x: f32[5, 3], idx: i32[2])
     "get_int8_index": lambda x, idx: x[idx.astype(jnp.int8)],
     "set_one": lambda x, idx: x.at[idx[0]].set(x[1] * 2.0),
     "set_rows": lambda x, idx: x.at[idx].set(-5.0),
+    "set_literal_true": lambda x, idx: jnp.where(  # the update is a jaxpr Literal
+        jnp.zeros(5, bool).at[idx[0]].set(True)[:, None], 0.0, x),
     "set_elements": lambda x, idx: x.at[idx, jnp.array([0, 2])].set(jnp.array([8.0, 9.0])),
     "add_rows": lambda x, idx: x.at[idx].add(10.0),
     "sub_one": lambda x, idx: x.at[idx[1]].subtract(-0.0 * x[0]),

@@ -13,7 +13,7 @@ import whilst
 from helpers import REPO, unrolled
 from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst.lowering import (
-    CompileError, compile_to_stream, loop_counts, prepare, stream_copy_sizes)
+    compile_to_stream, loop_counts, prepare, stream_copy_sizes)
 
 pytestmark = pytest.mark.iree
 
@@ -224,54 +224,6 @@ def test_cond_on_a_value_the_body_recomputes_from_a_tensor():
     assert float(got_total) == ref_total
 
 
-def stop_flag_loop(x, n):
-    """A boolean carry: doubles x until the step count reaches n (at least once)."""
-    return whilst.while_loop(lambda i, x, done: jnp.logical_not(done),
-                             lambda i, x, done: (i + 1, x * 2.0, i + 1 >= n), [0, x, False])
-
-
-def relu_chain_loss(x, n):
-    """n steps of x <- relu(x - 0.3) * 1.5, timed by a float clock: its forward While
-    carries its test (a boolean), and each step keeps a boolean residual."""
-    out = whilst.while_loop(lambda t, x: t < n,
-                            lambda t, x: (t + 1.0, jnp.maximum(x - 0.3, 0.0) * 1.5),
-                            [jnp.float32(0), x], maximum_iterations=8)
-    return jnp.sum(out[1])
-
-
-def test_vulkan_exports_carry_no_booleans_in_loops():
-    # IREE 3.13's Vulkan code reads loop-carried i1 tensors wrongly (iree_limits/
-    # carried_booleans.py), so exports for Vulkan carry booleans as int32; the
-    # modules compute the same on the CPU.
-    from iree.compiler import ir
-
-    x, lengths = np.linspace(-1.0, 1.0, 4).astype(np.float32), np.array([0, 2, 5], np.int32)
-    flags = jax.vmap(stop_flag_loop, (None, 0))
-    grad = jax.grad(relu_chain_loss)
-    for fn, args in [(flags, (x, lengths)), (grad, (x, np.int32(5)))]:
-        carried = []
-        exported = whilst.export(fn, *args, targets=["vulkan-spirv", "llvm-cpu"])
-        with ir.Context():
-            ir.Module.parse(exported.text).operation.walk(
-                lambda op: carried.extend(
-                    str(v.type) for v in op.operands if op.name == "stablehlo.while")
-                or ir.WalkResult.ADVANCE)
-        assert carried and not [t for t in carried if "xi1>" in t or t == "tensor<i1>"]
-        with pytest.raises(ValueError, match="export it for Vulkan"):
-            whilst.compile(whilst.export(fn, *args), target=["vulkan-spirv"])
-    i, y, done = whilst.compile(
-        whilst.export(flags, x, lengths, targets=["vulkan-spirv"])).load().main(x, lengths)
-    np.testing.assert_array_equal(i, [1, 2, 5])
-    np.testing.assert_allclose(y, x[None] * 2.0 ** np.array([1, 2, 5])[:, None])
-    assert done.dtype == np.bool_ and done.all()
-    xs = [x]
-    for _ in range(5):
-        xs.append(np.maximum(xs[-1] - 0.3, 0.0) * 1.5)
-    want = np.where(np.all([v > 0.3 for v in xs[:-1]], axis=0), 1.5 ** 5, 0.0)
-    got = whilst.compile(whilst.export(grad, x, np.int32(5), targets=["vulkan-spirv"]))
-    np.testing.assert_allclose(got.load().main(x, np.int32(5)), want, rtol=1e-6)
-
-
 def _second(x, **options):
     return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, jnp.sin(x) * x + x),
                              [0, x], **options)[1]
@@ -289,10 +241,10 @@ def test_second_derivatives_of_a_loop_without_bound_run():
     want = jax.grad(jax.grad(_second_unrolled))(x)
     hvp = lambda x: jax.jvp(jax.grad(_second), (x,), (np.float32(1),))[1]
     np.testing.assert_allclose(run_on_iree(hvp, x), want, rtol=1e-5)
-    # Reverse over reverse nests the chunked budget's loops too deep for iree-compile
-    # 3.13: refused with what to do, which works.
-    with pytest.raises(CompileError, match="maximum_iterations whose rows fit"):
-        whilst.compile(jax.grad(jax.grad(_second)), x)
+    # Reverse over reverse nests the chunked budget's loops in loop bodies; iree-compile
+    # 3.13 failed on them ("failed to solve for timepoint coverage") until loop results
+    # went behind an optimization barrier.
+    np.testing.assert_allclose(run_on_iree(jax.grad(jax.grad(_second)), x), want, rtol=1e-5)
     bounded = functools.partial(_second, maximum_iterations=8)
     np.testing.assert_allclose(run_on_iree(jax.grad(jax.grad(bounded)), x), want, rtol=1e-5)
 

@@ -8,6 +8,7 @@ import cg
 import lstm
 import newton
 import ode_fit
+import seq2seq_decode
 
 pytestmark = [pytest.mark.iree, pytest.mark.slow]
 
@@ -26,3 +27,7 @@ def test_ode_fit_first_gradient_matches_jax_and_fixed_step_count_oracle():
 
 def test_lstm_trip_counts_are_lengths_and_first_gradient_matches_unrolled_oracle():
     lstm.check(lstm.run(hidden=8, batch_size=8, max_length=6, train_steps=5))
+
+
+def test_seq2seq_decoding_matches_numpy_decoder_and_loss_gradient_matches_unrolled_oracle():
+    seq2seq_decode.check(seq2seq_decode.run(hidden=8, batch_size=8, train_steps=5))

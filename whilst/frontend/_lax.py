@@ -10,6 +10,7 @@ from jax import lax
 from whilst.frontend import _checks as checks
 from whilst.frontend._flat_loop import flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
@@ -27,15 +28,15 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
     One carry pytree, with JAX's types: a weakly typed leaf (a Python scalar)
     takes the dtype body_fun gives it, as in `jax.lax.while_loop`. Reverse mode
     (`jax.grad`) works bounded or not; see `whilst.while_loop` for how
-    `gradient_memory` and `checkpoints` choose what it keeps, and for `unroll`
-    and `name`.
+    `gradient_memory` and `checkpoints` choose what it keeps, for `unroll`
+    and `name`, and for `whilst.TensorArray`s in the carry.
 
     Raises:
       TypeError: cond_fun or body_fun not callable, leaves that are not arrays,
         cond_fun not returning a bool scalar, body_fun output of another
         structure or dtype (the pytree path names the leaf).
       ValueError: body_fun output of another shape, bad maximum_iterations,
-        unroll or checkpoints.
+        unroll or checkpoints, TensorArrays as in `whilst.while_loop`.
     """
     checks.check_callables(cond_fun, body_fun, ("cond_fun", "body_fun"),
                            "one argument (the carry pytree init_val)", "whilst.lax.while_loop")
@@ -116,6 +117,8 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     checked its own arguments (`api` names it in errors)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
+    init_val = arrays_for_loop(init_val, "init_val",
+                               checks.bound_operand(maximum_iterations)[1], api, body_fun)
     leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]

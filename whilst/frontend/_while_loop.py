@@ -7,6 +7,7 @@ from jax import lax
 from whilst.frontend import _checks as checks
 from whilst.frontend._flat_loop import flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output, is_key
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -28,8 +29,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       cond: `cond(*loop_vars) -> bool scalar`.
       body: `body(*loop_vars) -> loop_vars`, same structure, shapes and dtypes.
       loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts) of
-        arrays, Python/numpy scalars or typed PRNG keys (body returns keys of the
-        same implementation for those). A Python scalar takes the dtype body
+        arrays, Python/numpy scalars, typed PRNG keys (body returns keys of the
+        same implementation for those) or `whilst.TensorArray`s (a dynamic one
+        gets room for maximum_iterations more elements). A Python scalar takes the dtype body
         gives it, as in `jax.lax.while_loop`.
       shape_invariants: shapes, one per array, in the structure of loop_vars;
         `None` marks a dimension that may vary. Shapes still may not change.
@@ -62,12 +64,17 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         that are not arrays, cond not returning a bool scalar, body output of
         another structure or dtype (a key for a number, or the reverse).
       ValueError: empty loop_vars, bad parallel_iterations, maximum_iterations,
-        checkpoints, gradient_memory or shape_invariants, body output of another shape.
+        checkpoints, gradient_memory or shape_invariants, body output of another shape,
+        a TensorArray of unknown element shape, or a dynamic one in a loop without a
+        Python-int maximum_iterations.
     """
     bound, options = _check_arguments(cond, body, loop_vars, parallel_iterations,
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
+    loop_vars = arrays_for_loop(
+        loop_vars, "loop_vars", checks.bound_operand(maximum_iterations)[1], "while_loop",
+        lambda lv: _entries(body(*lv), len(lv)))
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
     paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
     leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
@@ -119,6 +126,11 @@ def _body_output(out, loop_vars, paths, leaves, carry, invariants):
     out_leaves = jax.tree_util.tree_leaves(out)
     return [_body_leaf(path, init, value, x, inv)
             for path, init, value, x, inv in zip(paths, leaves, out_leaves, carry, invariants)]
+
+
+def _entries(out, n):
+    """Body's output as a list of n loop variables (a single one may come back bare)."""
+    return list(out) if n > 1 or (isinstance(out, (list, tuple)) and len(out) == 1) else [out]
 
 
 def _body_structure(out, loop_vars):

@@ -21,8 +21,6 @@ from whilst._jax_compat import split_list
 from whilst.ir._buffers import uninitialized_values
 from whilst.ir._emit_ops import broadcast_scalar, const, less, subcomp
 from whilst.ir._emit_rows import read_rows, write_rows
-from whilst.ir.iree_forms._carried_booleans import (
-    boolean_storage, from_storage, stored, to_storage)
 from whilst.ir.iree_forms._unread_carries import read_every_carry
 
 ROLE_ATTR = "whilst.role"
@@ -61,7 +59,6 @@ class LoopEmitter:
         self.strides = strides  # `integer_strides` of the carries
         # (whether the carry holds a scalar other than a counter)
         self.picks_scalars = picks_scalars
-        self.storage = boolean_storage(ctx)
 
     # ---------------------------------------------------------------- the hooks
 
@@ -71,9 +68,8 @@ class LoopEmitter:
     def cond_result(self, i, xs):
         """The cond region's test of `(i, *xs)`, xs as carried."""
         if self.rotated:
-            return from_storage(self.ctx, xs[:1], [PRED_AVAL], self.storage)[0]
-        return self.predicate(i, from_storage(self.ctx, xs[:self.ncarry], self.carry_avals,
-                                              self.storage))
+            return xs[0]
+        return self.predicate(i, xs[:self.ncarry])
 
     def after_steps(self, i, seen) -> None:
         """Called after the body's k steps, with the carries the steps saw."""
@@ -174,34 +170,27 @@ class LoopEmitter:
         at = hlo.add(i, const(self.row_offset))
         out = []
         for st, a, rs in zip(stacks, self.stack_avals, pushed):
-            kept = stored(a, self.storage)
-            rows = to_storage(self.ctx, rs, [a.update(shape=a.shape[1:])] * len(rs),
-                              self.storage)
             scatter = (guard is None and not self.counted
-                       and not np.issubdtype(kept.dtype, np.unsignedinteger))
-            out.append(write_rows(self.ctx, st, kept, rows, at, guard, scatter))
+                       and not np.issubdtype(a.dtype, np.unsignedinteger))
+            out.append(write_rows(self.ctx, st, a, rs, at, guard, scatter))
         return out
 
     # ---------------------------------------------------------------- the op
 
     def emit(self) -> list:
         """The lowering's results: `[counter, *carry, *stacks]`."""
-        ctx, storage = self.ctx, self.storage
+        ctx = self.ctx
         self.prepare()
-        stacks0 = uninitialized_values(ctx, [stored(a, storage) for a in self.stack_avals])
-        pred_type = mlir.aval_to_ir_type(ctx.module_context, stored(PRED_AVAL, storage))
+        stacks0 = uninitialized_values(ctx, self.stack_avals)
+        pred_type = mlir.aval_to_ir_type(ctx.module_context, PRED_AVAL)
         self.extra_types = (([pred_type] if self.rotated else [])
                             + ([self.i32] if self.count_carried else []))
         loop_types = [self.i32, *self.extra_types,
-                      *(mlir.aval_to_ir_type(ctx.module_context, stored(a, storage))
+                      *(mlir.aval_to_ir_type(ctx.module_context, a)
                         for a in ctx.avals_out[1:])]
-        extra_init = (to_storage(ctx, [self.predicate(const(0), self.carry)], [PRED_AVAL],
-                                 storage) if self.rotated else []) + (
+        extra_init = ([self.predicate(const(0), self.carry)] if self.rotated else []) + (
             [const(0)] if self.count_carried else [])
-        while_op = hlo.WhileOp(loop_types, [const(0), *extra_init,
-                                            *to_storage(ctx, self.carry, self.carry_avals,
-                                                        storage),
-                                            *stacks0])
+        while_op = hlo.WhileOp(loop_types, [const(0), *extra_init, *self.carry, *stacks0])
         while_op.attributes[ROLE_ATTR] = ir.StringAttr.get(self.role)
         while_op.attributes[NAME_ATTR] = ir.StringAttr.get(self.name)
         while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
@@ -217,10 +206,10 @@ class LoopEmitter:
 
     def _body(self, arguments) -> list:
         """The body region's results for its `arguments`."""
-        ctx, storage, k = self.ctx, self.storage, self.k
+        k = self.k
         i, *xs = arguments
         xs, stacks = split_list(xs[len(self.extra_types):], [self.ncarry])
-        xs = old_xs = from_storage(ctx, xs, self.carry_avals, storage)
+        old_xs = xs
         xs, pushed, taken, seen = self.steps(i, xs, self.read_popped(i), self.first_predicated)
         self.after_steps(i, seen)
         xs = read_every_carry(self.body_jaxpr, len(self.consts) + len(self.popped), i,
@@ -238,21 +227,18 @@ class LoopEmitter:
             # but region successor needs 8 inputs") unless its loop-invariant code
             # motion happens to find code to hoist out of the body
             # (iree_limits/unread_loop_predicate.mlir).
-            carried, = from_storage(ctx, arguments[1:2], [PRED_AVAL], storage)
-            pred = hlo.and_(go_on, carried)
+            pred = hlo.and_(go_on, arguments[1])
             if k > 1:
                 pred = hlo.and_(pred, self.full(taken))
-            extra.extend(to_storage(ctx, [pred], [PRED_AVAL], storage))
+            extra.append(pred)
         if self.count_carried:
             extra.append(hlo.add(arguments[len(self.extra_types)], taken))
-        return [new_i, *extra, *to_storage(ctx, xs, self.carry_avals, storage), *stacks]
+        return [new_i, *extra, *xs, *stacks]
 
     def _results(self, while_op) -> list:
-        ctx, storage = self.ctx, self.storage
         i, *results = while_op.results
         results, stacks = split_list(results[len(self.extra_types):], [self.ncarry])
-        results = from_storage(ctx, results, self.carry_avals, storage)
         if self.count_carried:
             i = while_op.results[len(self.extra_types)]
         i, results, stacks = self.after_loop(i, results, stacks)
-        return [i, *results, *from_storage(ctx, stacks, self.stack_avals, storage)]
+        return [i, *results, *stacks]

@@ -81,12 +81,6 @@ def _open(jaxpr):
     return jaxpr.jaxpr if isinstance(jaxpr, ClosedJaxpr) else jaxpr
 
 
-def _array(var, value):
-    """A literal's value (a Python scalar, e.g. the `True` of `x.at[i].set(True)`) as a
-    numpy array of its aval's dtype, so that rules can read `.shape` and `.dtype`."""
-    return np.asarray(value, var.aval.dtype) if isinstance(var, Literal) else value
-
-
 def _eval(jaxpr, consts, rule, *args):
     """`jaxpr(*consts, *args)` on the current trace, with `rule`'s forms for the
     equations it picks and the `INLINED` calls evaluated in line."""
@@ -103,8 +97,9 @@ def _eval(jaxpr, consts, rule, *args):
         invals = [read(v) for v in eqn.invars]
         rewritten = rule(eqn)
         sub = INLINED.get(eqn.primitive.name)
-        if rewritten is not None:
-            outs = rewritten(*map(_array, eqn.invars, invals), **eqn.params)
+        if rewritten is not None:  # a form sees arrays, never a Literal's Python scalar
+            outs = rewritten(*[np.asarray(x, v.aval.dtype) if isinstance(v, Literal) else x
+                               for v, x in zip(eqn.invars, invals)], **eqn.params)
             outs = outs if eqn.primitive.multiple_results else [outs]
         elif sub in eqn.params:
             inner = eqn.params[sub]

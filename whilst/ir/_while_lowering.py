@@ -26,7 +26,7 @@ them runs (it may start past the stacks' end). Rows of symbolic shape move one b
 one, in the forms of `iree_forms/_symbolic_indexing.py` (a scatter or gather each).
 
 A cond that reads the carry is evaluated at the end of the body and carried as a
-boolean (the cond region only returns it; see `iree_forms/_carried_booleans.py`):
+boolean (the cond region only returns it):
 IREE 3.13 crashes (ScfWhileOpConversion) on loops whose cond region reads a value
 the body computed from a tensor, the usual shape of convergence tests. Loops whose
 cond reads only the counter (gradient Whiles, bounds) keep the plain shape.

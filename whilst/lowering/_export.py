@@ -12,7 +12,6 @@ from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
 from whilst.ir.iree_forms._unportable_ops import refuse_unportable_ops
 from whilst.ir._gpu_export import exporting_for_gpu
-from whilst.ir.iree_forms._carried_booleans import VULKAN_BOOLEANS, booleans_carried_as
 from whilst.lowering._portable_linalg import portable_linear_algebra
 from whilst.runtime.signature import LEAF, encode_tree
 
@@ -56,10 +55,8 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
       example_args: arrays or `jax.ShapeDtypeStruct`s (symbolic dims allowed,
         see `jax.export.symbolic_shape`) giving the input shapes and dtypes.
       name: the function's name in compiled modules.
-      targets: the compile targets the module is for; with "vulkan-spirv" among
-        them, loops carry their booleans as int32 (IREE 3.13's Vulkan code reads
-        loop-carried booleans wrongly, `whilst.ir.iree_forms._carried_booleans`),
-        and with a GPU target among them, loops are shaped for a GPU
+      targets: the compile targets the module is for; with a GPU target among
+        them, loops are shaped for a GPU
         (`whilst.ir._gpu_export`: more steps per emitted iteration).
 
     Returns:
@@ -79,11 +76,9 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         lambda x: x if isinstance(x, jax.ShapeDtypeStruct)
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
     exported_fn = _in_iree_forms(fn, specs)
-    storage = VULKAN_BOOLEANS if "vulkan-spirv" in targets else np.bool_
     gpu = any(t != "llvm-cpu" for t in targets)
-    with booleans_carried_as(storage), exporting_for_gpu(gpu), threefry_rounds_unrolled(), \
-            portable_linear_algebra():
-        # A new function each time: JAX must not reuse a lowering of the other storage.
+    with exporting_for_gpu(gpu), threefry_rounds_unrolled(), portable_linear_algebra():
+        # A new function each time: JAX must not reuse a lowering of the other form.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)
     args_tree = jax.tree_util.tree_structure(tuple(specs))

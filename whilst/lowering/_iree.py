@@ -46,8 +46,7 @@ from whilst.lowering._iree_dims import (
     results_with_own_dims)
 from whilst.lowering._iree_fusion import fusible_small_tensor_code
 from whilst.lowering._iree_loops import (
-    constant_results_copied, distinct_loop_inits, results_after_loops,
-    whilst_loops_carry_booleans)
+    constant_results_copied, distinct_loop_inits, results_after_loops)
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_loop_results import loop_results_fenced
@@ -79,12 +78,6 @@ def prepare(exports, targets=None) -> str:
         merged = ir.Module.create()
         for exp in exports:
             module = ir.Module.parse(exp.text)
-            if vulkan and whilst_loops_carry_booleans(module):
-                raise ValueError(
-                    f"{exp.name}: its loops carry booleans, which IREE 3.13's Vulkan code "
-                    f"reads wrongly; export it for Vulkan: whilst.export(fn, *args, "
-                    f"name={exp.name!r}, targets=[..., 'vulkan-spirv']), or pass the "
-                    f"function itself to whilst.compile.")
             _rename_symbols(module, exp.name)
             dynamic = has_dynamic_shapes(module)
             if dynamic:

@@ -29,17 +29,6 @@ from __future__ import annotations
 from whilst.lowering._ir_walk import ops_where, public_functions
 
 
-def whilst_loops_carry_booleans(module) -> bool:
-    """Whether a `stablehlo.while` that whilst emitted carries an i1 tensor (IREE
-    3.13's Vulkan code reads those wrongly, `whilst.ir.iree_forms._carried_booleans`)."""
-    from iree.compiler import ir
-
-    return any(_is_boolean(ir.RankedTensorType(v.type).element_type)
-               for loop in ops_where(module, lambda op: op.name == "stablehlo.while"
-                                     and "whilst.role" in op.attributes)
-               for v in loop.operands)
-
-
 def _is_boolean(element) -> bool:
     """Whether an MLIR element type is i1."""
     from iree.compiler import ir

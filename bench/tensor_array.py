@@ -1,0 +1,95 @@
+"""A loop that emits one row per step into a `whilst.TensorArray`, against the same
+loop writing into a preallocated array with `.at[i].set` (issue 37).
+
+Both programs (forward: the rows; gradient: of a weighted sum of the rows) are
+checked against each other, then timed on JAX (jit, CPU) and on IREE (llvm-cpu,
+local-sync), all variants interleaved in this process (`_timing.measure`).
+Printed: the medians, the ratio TensorArray / preallocated per backend, and the
+readbacks and dispatches per emitted loop iteration of each IREE module.
+
+    .venv/bin/python bench/tensor_array.py [--steps 512] [--width 64] [--budget 3]
+"""
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import whilst
+from _timing import blocking, fmt_ratio, fmt_time, measure, table
+from whilst.lowering import compile_to_stream, loop_counts, prepare
+
+
+def programs(steps: int, width: int):
+    """`{name: fn(x, scale)}`: the rows h <- tanh(scale * h + 0.1) while max(h) < 2
+    (always true: every step runs; the test is data-dependent), stacked
+    `[steps, width]`, written by a TensorArray or by `.at[i].set`."""
+    def cond(i, rows, h):
+        return jnp.max(h) < 2.0
+
+    def step(scale, h):
+        return jnp.tanh(scale * h + 0.1)
+
+    def tensor_array(x, scale):
+        ta = whilst.TensorArray(jnp.float32, size=0, dynamic_size=True,
+                                element_shape=(width,))
+        _, ta, _ = whilst.while_loop(
+            cond, lambda i, ta, h: (i + 1, ta.write(i, step(scale, h)), step(scale, h)),
+            [0, ta, x], maximum_iterations=steps)
+        return ta.stack()
+
+    def preallocated(x, scale):
+        rows = jnp.zeros((steps, width), jnp.float32)
+        _, rows, _ = whilst.while_loop(
+            cond, lambda i, rows, h: (i + 1, rows.at[i].set(step(scale, h)), step(scale, h)),
+            [0, rows, x], maximum_iterations=steps)
+        return rows
+
+    weights = np.linspace(0.5, 1.5, steps, dtype=np.float32)[:, None]
+    found = {}
+    for name, fn in (("TensorArray", tensor_array), ("preallocated", preallocated)):
+        found[f"{name} forward"] = fn
+        found[f"{name} gradient"] = jax.grad(
+            lambda x, s, fn=fn: jnp.sum(fn(x, s) * weights), (0, 1))
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=512)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--budget", type=float, default=3.0)
+    args = parser.parse_args()
+    x = np.linspace(-0.5, 0.5, args.width, dtype=np.float32)
+    scale = np.float32(0.9)
+    fns = programs(args.steps, args.width)
+    calls, counts = {}, {}
+    for name, fn in fns.items():
+        exported = whilst.export(fn, x, scale)
+        module = whilst.compile(exported).load()
+        jitted = jax.jit(fn)
+        want = jax.tree_util.tree_leaves(jitted(x, scale))
+        got = jax.tree_util.tree_leaves(module(x, scale))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        calls[f"JAX {name}"] = blocking(jitted, x, scale)
+        calls[f"IREE {name}"] = blocking(module, x, scale)
+        counts[name] = loop_counts(compile_to_stream(prepare([exported])))
+    timings = measure(calls, budget_s=args.budget)
+    rows = []
+    for part in ("forward", "gradient"):
+        for backend in ("JAX", "IREE"):
+            ta = timings[f"{backend} TensorArray {part}"].median
+            pre = timings[f"{backend} preallocated {part}"].median
+            rows.append([f"{backend} {part}", fmt_time(ta), fmt_time(pre),
+                         fmt_ratio(ta / pre)])
+    table(f"{args.steps} steps writing f32[{args.width}] rows (medians)",
+          ["program", "TensorArray", "preallocated", "ratio"], rows)
+    table("IREE stream phase, per emitted loop iteration: (readbacks, dispatches)",
+          ["program", "loops"], [[name, str(c)] for name, c in counts.items()])
+
+
+if __name__ == "__main__":
+    main()
