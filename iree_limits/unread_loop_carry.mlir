@@ -6,8 +6,10 @@
 //   region branch point has 4 operands, but region successor needs 2 inputs
 // (in larger modules, such as a diffrax solve, a segfault in ScfWhileOpConversion).
 // Plain `jax.export` of `lax.while_loop` emits such carries. Reading the carry in the
-// body, `stablehlo.optimization_barrier %y, %prev` returned in place of `%y`, compiles
-// and runs correctly (whilst/lowering/_iree_unread_carries.py).
+// body compiles and runs correctly: e.g. `%k:2 = stablehlo.optimization_barrier %y, %prev`
+// and `%k#0` returned in place of `%y`; whilst reads it by a select on a `True` the body
+// computes (whilst/lowering/_iree_unread_carries.py). A carry whose new value is a
+// constant (`stablehlo.return %y1, %c0`) fails the same way.
 // iree-compile unread_loop_carry.mlir --iree-input-type=stablehlo \
 //   --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu
 func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
