@@ -82,40 +82,65 @@ def test_event_stops_the_solve_on_jax():
 
 def test_vmapped_batch_of_initial_conditions_on_jax():
     y0s = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
-    solve = jax.vmap(lambda y: lv_solve(y, RATES, saveat=diffrax.SaveAt(t1=True)))
     got = jax.jit(jax.vmap(lambda y: lv_solve(y, RATES, WhilstAdjoint(),
                                                saveat=diffrax.SaveAt(t1=True))))(y0s)
-    np.testing.assert_allclose(got, jax.jit(solve)(y0s), rtol=1e-6)
+    np.testing.assert_allclose(got, jax.jit(batch_solve)(y0s, RATES), rtol=1e-5)
+
+
+RNG = np.random.default_rng(0)
+WEIGHTS = (RNG.normal(size=(2, 16)).astype(np.float32) * 0.5,
+           RNG.normal(size=(16, 2)).astype(np.float32) * 0.5)
+
+
+def neural_ode(y0, weights, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """A tanh MLP vector field, Tsit5, adaptive steps, y(1)."""
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, w: jnp.tanh(y @ w[0]) @ w[1]), diffrax.Tsit5(), 0.0, 1.0,
+        0.1, y0, args=weights, stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-4),
+        saveat=diffrax.SaveAt(t1=True), max_steps=64, adjoint=adjoint).ys
 
 
 def test_neural_ode_gradient_on_jax():
-    """A tanh MLP vector field; the gradient with respect to its weights."""
-    rng = np.random.default_rng(0)
-    w1 = rng.normal(size=(2, 16)).astype(np.float32) * 0.5
-    w2 = rng.normal(size=(16, 2)).astype(np.float32) * 0.5
-
-    def solve(y0, params, adjoint=diffrax.RecursiveCheckpointAdjoint()):
-        field = lambda t, y, p: jnp.tanh(y @ p[0]) @ p[1]
-        return diffrax.diffeqsolve(
-            diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, args=params,
-            stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-4),
-            saveat=diffrax.SaveAt(t1=True), max_steps=64, adjoint=adjoint).ys
-    grad = lambda adj: jax.grad(lambda p: jnp.sum(solve(Y0 / 10, p, adj) ** 2))
-    for got, want in zip(jax.jit(grad(WhilstAdjoint()))((w1, w2)),
-                         grad(diffrax.RecursiveCheckpointAdjoint())((w1, w2))):
+    """The gradient with respect to the vector field's weights."""
+    grad = lambda adj: jax.grad(lambda w: jnp.sum(neural_ode(Y0 / 10, w, adj) ** 2))
+    for got, want in zip(jax.jit(grad(WhilstAdjoint()))(WEIGHTS),
+                         grad(diffrax.RecursiveCheckpointAdjoint())(WEIGHTS)):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+
+
+def batch_solve(y0s, rates):
+    """A batch of initial conditions under vmap, y(10) of each."""
+    return jax.vmap(lambda y: lv_solve(y, rates, saveat=diffrax.SaveAt(t1=True)))(y0s)
+
+
+BATCH = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
 
 
 # --- On IREE ---------------------------------------------------------------------------
 
-@pytest.mark.iree
-def test_diffrax_own_loops_compile_unchanged_and_match():
+@pytest.fixture(scope="module")
+def own_loops():
     """diffrax's `lax.while_loop`s (step loop, SaveAt loop, carries the bodies never
-    read) through `whilst.compile` as they are."""
-    module = whilst.compile(lv_solve, Y0, RATES).load()
+    read) through `whilst.compile` as they are: one module of three functions."""
+    return whilst.compile([whilst.export(lv_solve, Y0, RATES, name="lv"),
+                           whilst.export(batch_solve, BATCH, RATES, name="batch"),
+                           whilst.export(neural_ode, Y0 / 10, WEIGHTS, name="node")]).load()
+
+
+@pytest.mark.iree
+def test_diffrax_own_loops_compile_unchanged_and_match(own_loops):
     for y0 in (Y0, Y0 * 0.5):
-        np.testing.assert_allclose(module(y0, RATES), jax.jit(lv_solve)(y0, RATES),
+        np.testing.assert_allclose(own_loops.lv(y0, RATES), jax.jit(lv_solve)(y0, RATES),
                                    rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_vmapped_batch_and_neural_ode_on_own_loops(own_loops):
+    np.testing.assert_allclose(own_loops.batch(BATCH, RATES),
+                               jax.jit(batch_solve)(BATCH, RATES), rtol=2e-5, atol=2e-5)
+    for y0 in (Y0 / 10, Y0 / 20):
+        np.testing.assert_allclose(own_loops.node(y0, WEIGHTS),
+                                   jax.jit(neural_ode)(y0, WEIGHTS), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.iree
