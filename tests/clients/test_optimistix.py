@@ -38,6 +38,17 @@ def bfgs(y0, a):
                          throw=False).value
 
 
+def shifted_quartic(y, a):
+    """Its minimum is at y = a * [1, 2, 3]: d/da sum(argmin) = 6."""
+    d = y - a * jnp.array([1.0, 2.0, 3.0])
+    return jnp.sum(d ** 2 + 0.1 * d ** 4)
+
+
+def bfgs_argmin_sum(y0, a):
+    return jnp.sum(optx.minimise(shifted_quartic, optx.BFGS(rtol=1e-6, atol=1e-6), y0, a,
+                                 max_steps=256, throw=False).value)
+
+
 CASES = {
     "newton": (newton, Y0, np.float32(0.9)),
     "newton_grad": (jax.grad(lambda y, a: jnp.sum(newton(y, a)), argnums=1), Y0,
@@ -46,6 +57,7 @@ CASES = {
     "fixed_point_grad": (jax.grad(lambda y, a: jnp.sum(fixed_point(y, a)), argnums=1), Y0,
                          np.float32(0.9)),
     "bfgs": (bfgs, np.array([-1.0, 1.0, 0.5], np.float32), np.float32(10.0)),
+    "bfgs_implicit_grad": (jax.grad(bfgs_argmin_sum, argnums=1), Y0, np.float32(0.7)),
 }
 
 
@@ -53,6 +65,10 @@ CASES = {
 def module():
     exports = [whilst.export(fn, y0, a, name=name) for name, (fn, y0, a) in CASES.items()]
     return whilst.compile(exports).load()
+
+
+def test_bfgs_implicit_gradient_is_the_argmin_derivative():
+    np.testing.assert_allclose(jax.grad(bfgs_argmin_sum, argnums=1)(Y0, 0.7), 6.0, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
