@@ -86,7 +86,7 @@ def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cach
     n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
     assert int(n) == 3 and list(x) == [4.0, 5.0]
     (entry,) = os.listdir(tmp_path)
-    plain = _iree.flag_sets(("llvm-cpu",))[-1]
+    plain = _iree.flag_sets(("llvm-cpu",))[1]
     assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
     second = whilst.compile(step, *args, cache=tmp_path)
     assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
@@ -105,9 +105,11 @@ def first_text(tmp_path, args):
 def test_modules_compile_with_aggressive_fusion_first(targets):
     from whilst.lowering import flag_sets
 
-    fused, plain = flag_sets(targets)
+    fused, plain, unhoisted = flag_sets(targets)
     assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
     assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
+    # last, without const-expr hoisting (iree_limits/hoisted_nested_loop.py)
+    assert unhoisted == [*plain, "--iree-opt-const-expr-hoisting=false"]
 
 
 @pytest.mark.parametrize("targets", [("vulkan-spirv",), ("llvm-cpu", "vulkan-spirv")])
@@ -116,8 +118,9 @@ def test_vulkan_modules_compile_with_default_fusion_only(targets):
     # Vulkan modules carry (iree_limits/aggressive_fusion_int32_booleans.py).
     from whilst.lowering import flag_sets
 
-    (plain,) = flag_sets(targets)
+    plain, unhoisted = flag_sets(targets)
     assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
+    assert unhoisted == [*plain, "--iree-opt-const-expr-hoisting=false"]
 
 
 def test_cache_can_be_disabled(tmp_path, monkeypatch, iree_compile_calls):

@@ -84,6 +84,20 @@ def test_partly_out_of_bounds_windows_are_dropped_whole():
                                       window_add(jnp.asarray(X), jnp.asarray(idx)))
 
 
+def test_scatter_of_a_literal_update():
+    """`x.at[i].set(True)` scatters a jaxpr literal (a Python bool, as in diffrax's
+    gradients); on XLA (`Exported.call` of the rewritten function), in and out of bounds."""
+    def fn(flags, counts, i):
+        return flags.at[i].set(True), counts.at[i].add(2)
+    args = np.zeros(4, np.bool_), np.arange(4, dtype=np.int32)
+    exported = whilst.export(fn, *args, np.int32(0)).exported
+    assert "stablehlo.clamp" in exported.mlir_module()  # the rewritten form
+    for i in [0, 3, -1, 4, 10**8]:
+        want_all = fn(*map(jnp.asarray, args), i)
+        for got, want in zip(exported.call(*args, np.int32(i)), want_all):
+            np.testing.assert_array_equal(got, want, err_msg=str(i))
+
+
 def test_negative_zero_kept_by_dropped_add():
     """The dropped window (index 6) is sent to x[1] = -0.0 with the identity -0.0,
     which leaves it -0.0 (adding 0.0 would make it 0.0)."""

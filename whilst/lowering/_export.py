@@ -10,7 +10,9 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
+from whilst.ir.iree_forms._unportable_ops import refuse_unportable_ops
 from whilst.ir._gpu_export import exporting_for_gpu
+from whilst.lowering._portable_linalg import portable_linear_algebra
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -62,7 +64,10 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
       records the argument names of `fn`'s Python signature, when it has them).
 
     Raises:
-      ValueError: `name` is not a Python identifier (it names files and symbols).
+      ValueError: `name` is not a Python identifier (it names files and symbols), or
+        `fn` holds a host callback (equinox's error checks: set EQX_ON_ERROR=nan) or
+        LAPACK linear algebra, which no compiled module can run
+        (`whilst.ir.iree_forms._unportable_ops`).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"export: name must be a Python identifier (it becomes a symbol "
@@ -72,7 +77,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         else jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), example_args)
     exported_fn = _in_iree_forms(fn, specs)
     gpu = any(t != "llvm-cpu" for t in targets)
-    with exporting_for_gpu(gpu), threefry_rounds_unrolled():
+    with exporting_for_gpu(gpu), threefry_rounds_unrolled(), portable_linear_algebra():
         # A new function each time: JAX must not reuse a lowering of the other form.
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)
@@ -96,6 +101,7 @@ def _in_iree_forms(fn, specs):
     when lowered, `whilst.ir._while_lowering`), an equivalent function in the forms
     IREE compiles and runs as XLA does (`whilst.ir.iree_forms._export_forms`)."""
     closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(*specs)
+    refuse_unportable_ops(closed)
     rewritten = export_forms(closed)
     if rewritten is closed:
         return fn

@@ -11,7 +11,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
   * with symbolic dimensions, every dynamic dimension is computed from the
     arguments' own (`_iree_dims`);
   * the module is canonicalized and CSE'd, loop carries that start from one
-    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), and
+    value get distinct initial buffers (`_iree_loops.distinct_loop_inits`), every
+    loop body reads every carry (`_iree_unread_carries`, also in loops whilst did
+    not emit, such as a library's `lax.while_loop`), and
     results computed before a loop are returned through a copy made after it
     (`_iree_loops.results_after_loops`), as are results computed from
     constants alone (`_iree_loops.constant_results_copied`);
@@ -52,6 +54,7 @@ from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
+from whilst.lowering._iree_unread_carries import unread_carries_read
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -84,6 +87,7 @@ def prepare(exports, targets=None) -> str:
             _leave_uninitialized(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
+            unread_carries_read(module)
             results_after_loops(module)
             constant_results_copied(module)
             if dynamic:
@@ -166,6 +170,14 @@ AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 # samples ran as fast (bench/compile_time.py).
 NO_CONST_EVAL = "--iree-opt-const-eval=false"
 
+# iree-compile 3.13 crashes in iree-stream-refine-usage on some nested loops fed by
+# hoisted constant expressions (the step loop and SaveAt loop of a diffrax solve on
+# whilst's loops: the inner scf.while gets more arguments than results after stream
+# conversion; `iree_limits/hoisted_nested_loop.py`); without hoisting they compile.
+# Tried last, only when the other flag sets fail: hoisting computes expressions of
+# constants once, at load.
+NO_CONST_EXPR_HOISTING = "--iree-opt-const-expr-hoisting=false"
+
 
 def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
@@ -201,15 +213,17 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
 
 def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
     """The `compile_flags` that `compile_module` tries, in order: with aggressive
-    fusion first, then without it. On a GPU each dispatch is a kernel launch, and
+    fusion first, then without it, then also without const-expr hoisting
+    (`NO_CONST_EXPR_HOISTING`). On a GPU each dispatch is a kernel launch, and
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
     34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
     int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
     from those (`_iree_narrow_types`)."""
+    plain = compile_flags(targets, cpu, gpu_arch)
+    unhoisted = [*plain, NO_CONST_EXPR_HOISTING]
     if "vulkan-spirv" in targets:
-        return [compile_flags(targets, cpu, gpu_arch)]
-    return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True),
-            compile_flags(targets, cpu, gpu_arch)]
+        return [plain, unhoisted]
+    return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True), plain, unhoisted]
 
 
 def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:

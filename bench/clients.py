@@ -1,0 +1,112 @@
+"""Client libraries' programs on whilst (issue 34): diffrax solves (its own loops
+passed unchanged, and its loops routed to whilst by `WhilstAdjoint`) and
+optimistix root finds, fixed points and minimisations.
+
+Per case, in this process: the `whilst.compile` time (s, no cache; the fallback
+flag set it needed, if any), whether IREE's results match JAX's (allclose), and
+the median call time of JAX CPU (jit, timed on its own, warm) and of whilst's
+module on IREE `local-sync`, with the ratio IREE / JAX.
+
+    EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("EQX_ON_ERROR", "nan")   # equinox's checks as NaN (exportable)
+
+import diffrax  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optimistix as optx  # noqa: E402
+
+import whilst  # noqa: E402
+from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+
+from _timing import blocking, fmt_ratio, fmt_time, measure, table  # noqa: E402
+
+Y0 = np.array([10.0, 10.0], np.float32)
+RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+
+
+def lv_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """Lotka-Volterra, Tsit5, PID controller, SaveAt 21 times (about 34 steps)."""
+    field = lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
+                                       -p[2] * y[1] + p[3] * y[0] * y[1]])
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
+        stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
+        saveat=diffrax.SaveAt(ts=jnp.linspace(0, 10, 21)), max_steps=256, adjoint=adjoint).ys
+
+
+def decay_grad(y0, rate):
+    """d/d rate of sum(y(1)), dy/dt = -rate y, 10 Euler steps, through WhilstAdjoint."""
+    solve = lambda r: diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, r: -r * y), diffrax.Euler(), 0.0, 1.0, 0.1, y0, args=r,
+        saveat=diffrax.SaveAt(t1=True), max_steps=64, adjoint=WhilstAdjoint()).ys
+    return jax.grad(lambda r: jnp.sum(solve(r)))(rate)
+
+
+def newton(y0, a):
+    return optx.root_find(lambda y, a: jnp.tanh(y) + a * y - 0.5,
+                          optx.Newton(rtol=1e-6, atol=1e-6), y0, a, max_steps=64,
+                          throw=False).value
+
+
+def fixed_point(y0, a):
+    return optx.fixed_point(lambda y, a: jnp.cos(a * y),
+                            optx.FixedPointIteration(rtol=1e-6, atol=1e-6), y0, a,
+                            max_steps=256, throw=False).value
+
+
+def bfgs(y0, a):
+    rosenbrock = lambda y, a: jnp.sum(a * (y[1:] - y[:-1] ** 2) ** 2 + (1 - y[:-1]) ** 2)
+    return optx.minimise(rosenbrock, optx.BFGS(rtol=1e-6, atol=1e-6), y0, a, max_steps=256,
+                         throw=False).value
+
+
+Y3 = np.array([0.5, 0.2, 0.8], np.float32)
+CASES = {   # name -> (fn, args)
+    "lv_solve_own_loops": (lv_solve, (Y0, RATES)),
+    "lv_solve_whilst_adjoint": (lambda y, p: lv_solve(y, p, WhilstAdjoint()), (Y0, RATES)),
+    "decay_grad_whilst_adjoint": (decay_grad, (np.array([1.0, 2.0], np.float32),
+                                               np.float32(0.7))),
+    "newton": (newton, (Y3, np.float32(0.9))),
+    "fixed_point": (fixed_point, (Y3, np.float32(0.9))),
+    "fixed_point_grad": (jax.grad(lambda y, a: jnp.sum(fixed_point(y, a)), argnums=1),
+                         (Y3, np.float32(0.9))),
+    "bfgs": (bfgs, (np.array([-1.0, 1.0, 0.5], np.float32), np.float32(10.0))),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated case names")
+    args = parser.parse_args()
+    names = args.only.split(",") if args.only else list(CASES)
+    rows = []
+    for name in names:
+        fn, call_args = CASES[name]
+        jitted = jax.jit(fn)
+        want = jax.block_until_ready(jitted(*call_args))
+        t = time.perf_counter()
+        compiled = whilst.compile(fn, *call_args, cache=False)
+        seconds = time.perf_counter() - t
+        module = compiled.load("local-sync")
+        got = module.main(*call_args)
+        matches = all(np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in
+                      zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
+        jax_time = measure({"jax": blocking(jitted, *call_args)})["jax"].median
+        iree_time = measure({"iree": lambda: module.main(*call_args)})["iree"].median
+        fallback = " (default fusion)" if "default fusion" in compiled.stages[-1][0] else ""
+        rows.append([name, f"{seconds:.1f}{fallback}", "yes" if matches else "NO",
+                     fmt_time(jax_time), fmt_time(iree_time), fmt_ratio(iree_time / jax_time)])
+    table("Client programs: JAX CPU (alone, warm) vs whilst on IREE local-sync",
+          ["case", "compile s", "matches", "JAX", "IREE", "IREE/JAX"], rows)
+
+
+if __name__ == "__main__":
+    main()

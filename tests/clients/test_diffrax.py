@@ -1,0 +1,165 @@
+"""diffrax solves compiled by `whilst.compile` and run by `whilst.runtime`, both ways
+in: diffrax's own loops (`lax.while_loop`s) passed unchanged, and its loops routed to
+whilst by `whilst.integrations.diffrax.WhilstAdjoint`; compared with diffrax on JAX
+(`RecursiveCheckpointAdjoint`, its default)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+diffrax = pytest.importorskip("diffrax")
+
+import whilst  # noqa: E402
+from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+
+Y0 = np.array([10.0, 10.0], np.float32)
+RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+TS = np.linspace(0.0, 10.0, 21).astype(np.float32)
+
+
+def lotka_volterra(t, y, rates):
+    a, b, c, d = rates
+    return jnp.stack([a * y[0] - b * y[0] * y[1], -c * y[1] + d * y[0] * y[1]])
+
+
+def lv_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint(), solver=diffrax.Tsit5(),
+             saveat=diffrax.SaveAt(ts=TS)):
+    """Lotka-Volterra, adaptive steps (PID controller), about 34 steps."""
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(lotka_volterra), solver, 0.0, 10.0, 0.1, y0, args=rates,
+        stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5), saveat=saveat,
+        max_steps=256, adjoint=adjoint).ys
+
+
+def decay_solve(y0, rate, adjoint=diffrax.RecursiveCheckpointAdjoint(),
+                saveat=diffrax.SaveAt(t1=True)):
+    """dy/dt = -rate y by Euler steps of 0.1 from 0 to 1."""
+    return diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, r: -r * y), diffrax.Euler(), 0.0,
+                               1.0, 0.1, y0, args=rate, saveat=saveat, max_steps=64,
+                               adjoint=adjoint).ys
+
+
+def loss_grad(solve, **kwargs):
+    return jax.grad(lambda y0, p: jnp.sum(solve(y0, p, **kwargs)), argnums=1)
+
+
+# --- On JAX: WhilstAdjoint gives diffrax's results (forward and reverse mode) ---------
+
+@pytest.mark.parametrize("solver", ["Tsit5", "Dopri5"])
+@pytest.mark.parametrize("saveat", ["ts", "t1"])
+def test_whilst_adjoint_matches_diffrax_on_jax(solver, saveat):
+    kwargs = dict(solver=getattr(diffrax, solver)(),
+                  saveat=diffrax.SaveAt(ts=TS) if saveat == "ts" else diffrax.SaveAt(t1=True))
+    want = jax.jit(lambda y, p: lv_solve(y, p, **kwargs))(Y0, RATES)
+    got = jax.jit(lambda y, p: lv_solve(y, p, WhilstAdjoint(), **kwargs))(Y0, RATES)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(loss_grad(lv_solve, adjoint=WhilstAdjoint(), **kwargs))(
+        Y0, RATES), jax.jit(loss_grad(lv_solve, **kwargs))(Y0, RATES), rtol=2e-4)
+
+
+def test_whilst_adjoint_with_checkpoints_matches_on_jax():
+    want = loss_grad(lv_solve)(Y0, RATES)
+    got = jax.jit(loss_grad(lv_solve, adjoint=WhilstAdjoint(checkpoints=4)))(Y0, RATES)
+    np.testing.assert_allclose(got, want, rtol=2e-4)
+
+
+def test_event_stops_the_solve_on_jax():
+    """The solve stops where y[0] falls below 9 (a root-found event time)."""
+    def stopped(y0, rates, adjoint):
+        event = diffrax.Event(lambda t, y, args, **kw: y[0] - 9.0,
+                              root_finder=None)
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
+            stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5), event=event,
+            max_steps=256, adjoint=adjoint)
+        return sol.ts[-1], sol.ys[-1]
+    t_want, y_want = jax.jit(lambda y, p: stopped(y, p, diffrax.RecursiveCheckpointAdjoint()))(
+        Y0, RATES)
+    t_got, y_got = jax.jit(lambda y, p: stopped(y, p, WhilstAdjoint()))(Y0, RATES)
+    assert 0.0 < float(t_want) < 10.0 and float(y_want[0]) <= 9.0
+    np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=1e-6)
+
+
+def test_vmapped_batch_of_initial_conditions_on_jax():
+    y0s = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
+    got = jax.jit(jax.vmap(lambda y: lv_solve(y, RATES, WhilstAdjoint(),
+                                               saveat=diffrax.SaveAt(t1=True))))(y0s)
+    np.testing.assert_allclose(got, jax.jit(batch_solve)(y0s, RATES), rtol=1e-5)
+
+
+RNG = np.random.default_rng(0)
+WEIGHTS = (RNG.normal(size=(2, 16)).astype(np.float32) * 0.5,
+           RNG.normal(size=(16, 2)).astype(np.float32) * 0.5)
+
+
+def neural_ode(y0, weights, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """A tanh MLP vector field, Tsit5, adaptive steps, y(1)."""
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, w: jnp.tanh(y @ w[0]) @ w[1]), diffrax.Tsit5(), 0.0, 1.0,
+        0.1, y0, args=weights, stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-4),
+        saveat=diffrax.SaveAt(t1=True), max_steps=64, adjoint=adjoint).ys
+
+
+def test_neural_ode_gradient_on_jax():
+    """The gradient with respect to the vector field's weights."""
+    grad = lambda adj: jax.grad(lambda w: jnp.sum(neural_ode(Y0 / 10, w, adj) ** 2))
+    for got, want in zip(jax.jit(grad(WhilstAdjoint()))(WEIGHTS),
+                         grad(diffrax.RecursiveCheckpointAdjoint())(WEIGHTS)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+
+
+def batch_solve(y0s, rates):
+    """A batch of initial conditions under vmap, y(10) of each."""
+    return jax.vmap(lambda y: lv_solve(y, rates, saveat=diffrax.SaveAt(t1=True)))(y0s)
+
+
+BATCH = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
+
+
+# --- On IREE ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def own_loops():
+    """diffrax's `lax.while_loop`s (step loop, SaveAt loop, carries the bodies never
+    read) through `whilst.compile` as they are: one module of three functions."""
+    return whilst.compile([whilst.export(lv_solve, Y0, RATES, name="lv"),
+                           whilst.export(batch_solve, BATCH, RATES, name="batch"),
+                           whilst.export(neural_ode, Y0 / 10, WEIGHTS, name="node")]).load()
+
+
+@pytest.mark.iree
+def test_diffrax_own_loops_compile_unchanged_and_match(own_loops):
+    for y0 in (Y0, Y0 * 0.5):
+        np.testing.assert_allclose(own_loops.lv(y0, RATES), jax.jit(lv_solve)(y0, RATES),
+                                   rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_vmapped_batch_and_neural_ode_on_own_loops(own_loops):
+    np.testing.assert_allclose(own_loops.batch(BATCH, RATES),
+                               jax.jit(batch_solve)(BATCH, RATES), rtol=2e-5, atol=2e-5)
+    for y0 in (Y0 / 10, Y0 / 20):
+        np.testing.assert_allclose(own_loops.node(y0, WEIGHTS),
+                                   jax.jit(neural_ode)(y0, WEIGHTS), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_whilst_adjoint_solve_compiles_and_matches():
+    solve = lambda y, p: lv_solve(y, p, WhilstAdjoint())
+    module = whilst.compile(solve, Y0, RATES).load()
+    np.testing.assert_allclose(module(Y0, RATES), jax.jit(lv_solve)(Y0, RATES),
+                               rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("saveat", ["t1", "ts"])
+def test_whilst_adjoint_gradient_compiles_and_matches(saveat):
+    """Reverse mode through whilst's gradient While, on IREE (Euler, fixed steps)."""
+    kwargs = dict(saveat=diffrax.SaveAt(t1=True) if saveat == "t1"
+                  else diffrax.SaveAt(ts=np.linspace(0, 1, 5).astype(np.float32)))
+    grad = loss_grad(decay_solve, adjoint=WhilstAdjoint(), **kwargs)
+    y0, rate = np.array([1.0, 2.0], np.float32), np.float32(0.7)
+    module = whilst.compile(grad, y0, rate).load()
+    for r in (rate, np.float32(0.2)):
+        np.testing.assert_allclose(module(y0, r), loss_grad(decay_solve, **kwargs)(y0, r),
+                                   rtol=1e-5)

@@ -1,0 +1,49 @@
+"""`lu` and `triangular_solve` export without LAPACK custom calls
+(whilst/lowering/_portable_linalg.py) and compute what JAX's LAPACK calls compute
+(on XLA, `Exported.call`; the client tests run them on IREE)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import whilst
+from whilst.lowering._portable_linalg import UNROLLED_ROWS
+
+RNG = np.random.default_rng(0)
+
+
+def triangular(n, lower):
+    a = RNG.normal(size=(n, n)).astype(np.float32) + n * np.eye(n, dtype=np.float32)
+    return np.tril(a) if lower else np.triu(a)
+
+
+PROGRAMS = {
+    "solve": lambda a, b: jnp.linalg.solve(a, b),
+    "lu_solve": lambda a, b: jax.scipy.linalg.lu_solve(jax.scipy.linalg.lu_factor(a), b),
+    "lower_transposed": lambda a, b: jax.scipy.linalg.solve_triangular(
+        jnp.tril(a), b, lower=True, trans=1),
+    "upper_unit": lambda a, b: jax.scipy.linalg.solve_triangular(
+        jnp.triu(a), b, lower=False, unit_diagonal=True),
+    "right_side": lambda a, b: lax.linalg.triangular_solve(
+        jnp.tril(a) + 3 * jnp.eye(a.shape[0]), b[None, :], left_side=False, lower=True),
+    "grad_of_solve": jax.grad(lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2)),
+    "batched_solve": lambda a, b: jax.vmap(jnp.linalg.solve, (None, 0))(a, jnp.stack([b, -b])),
+}
+
+
+@pytest.mark.parametrize("n", [4, UNROLLED_ROWS + 3])   # unrolled rows, a fori_loop
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_exports_in_lax_ops_and_matches_lapack(name, n):
+    a = RNG.normal(size=(n, n)).astype(np.float32) + n * np.eye(n, dtype=np.float32)
+    b = RNG.normal(size=n).astype(np.float32)
+    exported = whilst.export(PROGRAMS[name], a, b)
+    assert "custom_call" not in exported.text
+    np.testing.assert_allclose(exported.exported.call(a, b), PROGRAMS[name](a, b),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_jax_keeps_its_lapack_lowering_around_an_export():
+    a, b = triangular(3, True), np.ones(3, np.float32)
+    whilst.export(PROGRAMS["solve"], a, b)
+    assert "lapack" in jax.jit(PROGRAMS["solve"]).lower(a, b).as_text().lower()

@@ -1,0 +1,2 @@
+"""Integrations of whilst's loops into libraries that choose their loops themselves
+(each submodule imports its library: `whilst.integrations.diffrax`)."""

@@ -1,0 +1,63 @@
+"""Ops that no compiled module can hold, refused when a function is exported.
+
+Host callbacks (`jax.pure_callback`, `jax.experimental.io_callback`,
+`jax.debug.print`/`callback`, and equinox's runtime error checks, `eqx.error_if`,
+which diffrax, optimistix and lineax use) call back into Python: `jax.export` cannot
+serialise them and IREE has no host to call. JAX's linear algebra on CPU (`lu`,
+`triangular_solve`, `cholesky`, `eigh`, `svd`, `qr`, ...) lowers to LAPACK custom
+calls, which IREE has no kernels for; `lu` and `triangular_solve` are exported in
+lax ops instead (`whilst.lowering._portable_linalg`), the others refused.
+"""
+from __future__ import annotations
+
+from jax.extend.core import ClosedJaxpr, Jaxpr
+
+CALLBACKS = {"pure_callback", "io_callback", "debug_callback", "debug_print"}
+LAPACK = {"cholesky", "eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product",
+          "hessenberg", "schur", "tridiagonal", "tridiagonal_solve"}
+
+
+def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
+    """Raise a ValueError naming the first host callback or LAPACK op of `jaxpr`
+    (sub-jaxprs included) and what to do instead."""
+    for eqn in _equations(jaxpr.jaxpr):
+        name = eqn.primitive.name
+        if name in CALLBACKS:
+            raise ValueError(_callback_message(eqn))
+        if name in LAPACK:
+            raise ValueError(
+                f"export: the function calls `{name}` (JAX's linear algebra, e.g. "
+                f"jnp.linalg.cholesky/eigh/svd/qr, lineax.Cholesky/QR/SVD), which JAX "
+                f"lowers on CPU to a LAPACK custom call that IREE cannot compile. Solve "
+                f"with an LU factorization instead (jnp.linalg.solve, lineax.LU, "
+                f"exported in portable ops), or an iterative solver (lineax.CG, "
+                f"lineax.GMRES).")
+
+
+def _callback_message(eqn) -> str:
+    callback = eqn.params.get("callback")
+    where = getattr(getattr(callback, "callback_func", callback), "__module__", "") or ""
+    if where.startswith("equinox"):
+        return ("export: the function holds equinox's runtime error checks (eqx.error_if, "
+                "used by diffrax, optimistix and lineax), which are host callbacks: "
+                "jax.export cannot serialise them and a compiled module has no Python to "
+                "call. Set the environment variable EQX_ON_ERROR=nan before importing "
+                "equinox (a failed check then makes the results NaN), e.g. "
+                "`EQX_ON_ERROR=nan python ...` or os.environ['EQX_ON_ERROR'] = 'nan' "
+                "first thing in your program.")
+    return (f"export: the function calls a host callback (`{eqn.primitive.name}`: "
+            f"jax.pure_callback, io_callback, jax.debug.print or jax.debug.callback), "
+            f"which jax.export cannot serialise and a compiled module cannot call; "
+            f"remove it from the exported function.")
+
+
+def _equations(jaxpr: Jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(sub, ClosedJaxpr):
+                    yield from _equations(sub.jaxpr)
+                elif isinstance(sub, Jaxpr):
+                    yield from _equations(sub)
