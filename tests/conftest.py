@@ -31,6 +31,8 @@ LONG_TESTS = {
     "test_forward_mode_and_second_order",
     "test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_exports",
     "test_rows_at_carried_positions_read_nothing_back_and_match_python",
+    "test_sharded_loops_match_the_single_device_program",
+    "test_gradient_loops_hold_no_collective",
 }
 
 

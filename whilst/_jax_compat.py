@@ -44,6 +44,10 @@ from jax._src.api_util import debug_info
 # Hoisting loop-invariant residuals, shared with lax.scan's partial evaluation:
 # no public equivalent.
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
+# Varying manual axes (`jax.shard_map`'s check_vma types): the invariant->varying
+# cast that lax ops insert, and the effect of code naming a mesh axis. jax.lax.pcast
+# refuses axes a value already varies over; no public name for the primitive.
+from jax._src.core import NamedAxisEffect, pvary, pvary_p
 # Exports lower threefry2x32 with its rounds unrolled (`threefry_rounds_unrolled`):
 # jax picks the rolled form for CPU, and lowering rules have no public registry.
 # (Both names checked in the 0.10.2 and 0.12.0.1 sources; not on 0.11.2.)
@@ -55,8 +59,9 @@ __all__ = [
     "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim", "close_jaxpr",
     "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
     "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
-    "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
-    "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs",
+    "merge_lists", "NamedAxisEffect", "move_binders_to_back", "move_binders_to_front", "moveaxis",
+    "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs", "pvary",
+    "pvary_p",
     "scan_known_hoisting", "split_list", "threefry_rounds_unrolled",
 ]
 

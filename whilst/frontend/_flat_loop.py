@@ -11,7 +11,8 @@ A frontend adapts its signature to this calling convention: it flattens its
 carry, checks each body output (structure, shapes, key leaves staying keys) in
 `body`, and checks the carry's types against body's in `check_carry`, with its
 own error messages. Here the body is traced with the carry's weak types
-resolved (`_carry_types`), PRNG key leaves travel as their key data
+resolved (`_carry_types`) and, inside `jax.shard_map`, cast to vary over the
+manual axes body's outputs and the trip count vary over (`whilst.ir._vma`), PRNG key leaves travel as their key data
 (`_prng_keys`), cond must give a bool scalar, and the While is bound.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from whilst.frontend._carry_types import trace_body
 from whilst.frontend._checks import check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.ir._vma import varying, vary
 
 
 def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, api,
@@ -55,8 +57,18 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
 
     init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
     check_carry(init, body_jaxpr.out_avals)
-    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
+    for _ in range(len(init) + 2):
+        avals = [COUNTER_AVAL, *map(jax.typeof, init)]
+        cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
+        # Inside jax.shard_map: a carry varies over the manual axes its body output
+        # does, and over those the trip count does (cond's and the bound's).
+        steps = varying(cond_jaxpr.out_avals[0]) | varying(bound)
+        wanted = [varying(x) | varying(out) | steps
+                  for x, out in zip(init, body_jaxpr.out_avals)]
+        if all(w == varying(x) for w, x in zip(wanted, init)):
+            break
+        init = [vary(x, w) for x, w in zip(init, wanted)]
+        init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
     operands = [cond_consts, body_consts, bound, init]
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
