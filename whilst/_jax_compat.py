@@ -13,6 +13,9 @@ import jax
 from jax._src.core import join_effects
 # Unrolling needs sizes known at trace time: no public test for symbolic dimensions.
 from jax._src.core import is_constant_shape
+# fori_loop counts its steps where its bounds are known, as jax.lax.fori_loop does
+# (a JVP tracer of a concrete value included): no public test.
+from jax._src.core import is_concrete
 # `def_impl` of a primitive with sub-jaxprs: no public "compile and run one primitive".
 from jax._src.dispatch import apply_primitive
 # List helpers every rule uses to split flat operand lists: not exported by jax.
@@ -56,13 +59,13 @@ from jax._src.random import threefry2x32 as _threefry2x32
 
 
 __all__ = [
-    "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim", "close_jaxpr",
-    "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
-    "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
-    "merge_lists", "NamedAxisEffect", "move_binders_to_back", "move_binders_to_front", "moveaxis",
-    "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs", "pvary",
-    "pvary_p",
-    "scan_known_hoisting", "split_list", "threefry_rounds_unrolled",
+    "NamedAxisEffect", "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
+    "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
+    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
+    "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits", "partition_list",
+    "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting", "split_list",
+    "threefry_rounds_unrolled",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

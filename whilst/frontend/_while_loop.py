@@ -135,9 +135,10 @@ def _body_structure(out, loop_vars):
         where, expected, found = "loop_vars", expected_tree, out_tree
         if isinstance(out, list) and len(out) == len(loop_vars):
             where, expected, found = next(
-                (f"loop_vars[{k}]", jax.tree_util.tree_structure(v),
-                 jax.tree_util.tree_structure(o))
-                for k, (o, v) in enumerate(zip(out, loop_vars)) if not _same_structure(o, v))
+                ((f"loop_vars[{k}]", jax.tree_util.tree_structure(v),
+                  jax.tree_util.tree_structure(o))
+                 for k, (o, v) in enumerate(zip(out, loop_vars)) if not _same_structure(o, v)),
+                (where, expected, found))
         raise TypeError(
             f"while_loop: body must return the structure of loop_vars; for {where} it "
             f"returned {_describe(found)} but the loop variable is {_describe(expected)}. "
