@@ -16,6 +16,9 @@ from jax._src.core import is_constant_shape
 # fori_loop counts its steps where its bounds are known, as jax.lax.fori_loop does
 # (a JVP tracer of a concrete value included): no public test.
 from jax._src.core import is_concrete
+# Eager loops keep their traced jaxprs (frontend/_traced_loops.py) only outside every
+# transformation: no public test for it.
+from jax._src.core import trace_state_clean
 # `def_impl` of a primitive with sub-jaxprs: no public "compile and run one primitive".
 from jax._src.dispatch import apply_primitive
 # List helpers every rule uses to split flat operand lists: not exported by jax.
@@ -65,7 +68,7 @@ __all__ = [
     "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
     "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits", "partition_list",
     "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting", "split_list",
-    "threefry_rounds_unrolled",
+    "threefry_rounds_unrolled", "trace_state_clean",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

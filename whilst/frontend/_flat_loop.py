@@ -20,6 +20,7 @@ from __future__ import annotations
 import jax
 from jax import lax
 
+from whilst.frontend import _traced_loops as traced_loops
 from whilst.frontend._carry_types import trace_body
 from whilst.frontend._checks import check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
@@ -28,7 +29,7 @@ from whilst.ir._vma import varying, vary
 
 
 def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, api,
-                    cond_name, back_prop=True):
+                    cond_name, back_prop=True, cache_key=None):
     """The final carry (a list like `leaves`) of the loop above.
 
     Args:
@@ -44,6 +45,9 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         and `{name}_body`.
       api, cond_name: the entry point and cond's argument name, for errors.
       back_prop: False stops gradients (and tangents) through the loop.
+      cache_key: what, with the carry's types and `options`, identifies the loop
+        for `_traced_loops` (the user's functions and the frontend's static
+        arguments); None: traced on every call.
     """
     keys = KeyLeaves(leaves)
 
@@ -55,7 +59,26 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         del i
         return keys.raw(body(keys.wrap(raw)))
 
-    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
+    key = traced_loops.cache_key(cache_key, leaves, dict(options, name=name))
+    traced = traced_loops.lookup(key)
+    if traced is None:
+        init, traced = _trace(flat_cond, flat_body, keys.raw(leaves), check_carry, bound, name)
+        traced_loops.store(key, traced)
+    else:  # the same carry types as when it was traced: promote as then
+        init = [x if jax.typeof(x) == a else lax.convert_element_type(x, a.dtype)
+                for x, a in zip(keys.raw(leaves), traced.carry_avals)]
+    operands = [list(traced.cond_consts), list(traced.body_consts), bound, init]
+    if not back_prop:
+        operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
+    _, *outs = functional_while(*operands, cond_jaxpr=traced.cond_jaxpr,
+                                body_jaxpr=traced.body_jaxpr, name=name, **options)
+    return keys.wrap(outs)
+
+
+def _trace(flat_cond, flat_body, init, check_carry, bound, name):
+    """`(init, TracedLoop)`: the carry with its types resolved (see the module
+    docstring), and the loop traced for it."""
+    init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
     check_carry(init, body_jaxpr.out_avals)
     for _ in range(len(init) + 2):
         avals = [COUNTER_AVAL, *map(jax.typeof, init)]
@@ -69,9 +92,5 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
             break
         init = [vary(x, w) for x, w in zip(init, wanted)]
         init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
-    operands = [cond_consts, body_consts, bound, init]
-    if not back_prop:
-        operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
-    _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                name=name, **options)
-    return keys.wrap(outs)
+    return init, traced_loops.TracedLoop(tuple(map(jax.typeof, init)), cond_jaxpr,
+                                         tuple(cond_consts), body_jaxpr, tuple(body_consts))

@@ -42,7 +42,7 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
                            "one argument (the carry pytree init_val)", "whilst.lax.while_loop")
     return _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
                   gradient_memory, "while" if name is None else str(name),
-                  "whilst.lax.while_loop")
+                  "whilst.lax.while_loop", cache_key=("while_loop", cond_fun, body_fun))
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None,
@@ -94,8 +94,10 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
         i, val = carry
         return i + 1, body_fun(i, val)
 
+    # Concrete bounds are part of the traced loop (cond closes over upper).
+    key = ("fori_loop", body_fun, lower, upper) if maximum_iterations is not None else None
     _, out = _while(cond, body, (i0, init_val), maximum_iterations, unroll, checkpoints,
-                    gradient_memory, "fori" if name is None else str(name), api)
+                    gradient_memory, "fori" if name is None else str(name), api, key)
     return out
 
 
@@ -135,9 +137,10 @@ def _index_dtype(lower, upper, api):
 
 
 def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
-           gradient_memory, name, api):
+           gradient_memory, name, api, cache_key=None):
     """`while_loop(cond_fun, body_fun, init_val, ...)` once fori_loop or while_loop has
-    checked its own arguments (`api` names it in errors)."""
+    checked its own arguments (`api` names it in errors; `cache_key` identifies the
+    loop for eager calls, `_flat_loop`)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
     leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(init_val)
@@ -156,7 +159,8 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
 
     check_carry = functools.partial(_check_types, api, paths)
     outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
-                           options=options, name=name, api=api, cond_name="cond_fun")
+                           options=options, name=name, api=api, cond_name="cond_fun",
+                           cache_key=cache_key and (*cache_key, tree))
     return jax.tree_util.tree_unflatten(tree, outs)
 
 

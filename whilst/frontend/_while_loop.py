@@ -86,7 +86,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
-                           back_prop=back_prop)
+                           back_prop=back_prop,
+                           cache_key=("tf_while_loop", cond, body, in_tree))
     return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
                    return_same_structure)
 
