@@ -17,8 +17,8 @@ def _add_one(i, c):
 
 
 @pytest.mark.parametrize("lower,upper,unroll", [
-    (np.int16(0), 10, True), (0, np.int16(10), False),      # test_fori_loop_supports_unrolling_with_bool
-    (np.int16(0), 10, 3), (0, np.int16(10), 2),             # test_fori_loop_supports_unrolling
+    (np.int16(0), 10, True), (0, np.int16(10), False),  # ..._supports_unrolling_with_bool
+    (np.int16(0), 10, 3), (0, np.int16(10), 2),         # test_fori_loop_supports_unrolling
 ])
 def test_fori_loop_unroll_as_jax(lower, upper, unroll):
     init = jnp.float32(10)
@@ -121,7 +121,8 @@ def test_custom_pytree_whose_keyed_flatten_has_other_aux_data():
     got = whilst.lax.while_loop(cond, body, _Node(1.0, 1.0))
     assert isinstance(got, _Node) and (got.x, got.y) == (want.x, want.y)
     for loop_vars in ([_Node(1.0, 1.0)], (_Node(1.0, 1.0), 0)):
-        out = whilst.while_loop(lambda o, *n: cond(o), lambda o, *n: (body(o), *[k + 1 for k in n]),
+        out = whilst.while_loop(lambda o, *n: cond(o),
+                                lambda o, *n: (body(o), *[k + 1 for k in n]),
                                 loop_vars, return_same_structure=True)
         assert (out[0].x, out[0].y) == (want.x, want.y)
         assert list(out[1:]) == [2] * (len(loop_vars) - 1)

@@ -11,9 +11,11 @@ A frontend adapts its signature to this calling convention: it flattens its
 carry, checks each body output (structure, shapes, key leaves staying keys) in
 `body`, and checks the carry's types against body's in `check_carry`, with its
 own error messages. Here the body is traced with the carry's weak types
-resolved (`_carry_types`) and, inside `jax.shard_map`, cast to vary over the
-manual axes body's outputs and the trip count vary over (`whilst.ir._vma`), PRNG key leaves travel as their key data
-(`_prng_keys`), cond must give a bool scalar, and the While is bound.
+resolved (`_carry_types`) and, inside `jax.shard_map`, the carry cast to vary
+over the manual axes body's outputs and the trip count vary over
+(`whilst.ir._vma`); PRNG key leaves travel as their key data (`_prng_keys`),
+cond must give a bool scalar, and the While is bound. Eager calls of a loop
+traced before reuse its trace (`_traced_loops`).
 """
 from __future__ import annotations
 

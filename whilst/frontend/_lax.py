@@ -78,7 +78,8 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
             f"{api}: body_fun must be callable, taking (i, val); found "
             f"{type(body_fun).__name__} {body_fun!r}. Pass a function or a lambda.")
     dtype = _index_dtype(lower, upper, api)
-    if is_concrete(lower) and is_concrete(upper):  # a counted loop, i a weakly typed int from int(lower), as in JAX
+    if is_concrete(lower) and is_concrete(upper):
+        # A counted loop, i a weakly typed int from int(lower), as in JAX.
         lower, upper = int(lower), int(upper)
         maximum_iterations = max(upper - lower, 0)
         i0, upper_ = lower, jax.numpy.asarray(upper)

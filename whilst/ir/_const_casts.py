@@ -24,6 +24,8 @@ def hoist_const_casts(jaxpr: ClosedJaxpr, nconsts: int, consts):
     further constants (first). `jaxpr` itself where it casts none. Only the first
     `nconsts` inputs count as constants (`consts` may hold more: popped stacks)."""
     inner = jaxpr.jaxpr
+    if not any(eqn.primitive is pvary_p for eqn in inner.eqns):  # outside shard_map
+        return jaxpr, list(consts)
     from_consts = set(inner.invars[:nconsts]) | set(inner.constvars)
     for eqn in inner.eqns:
         if not eqn.effects and all(isinstance(v, Literal) or v in from_consts
@@ -42,7 +44,10 @@ def hoist_const_casts(jaxpr: ClosedJaxpr, nconsts: int, consts):
         env = dict(zip(inner.constvars, jaxpr.consts))
         env.update(zip(inner.invars, rest))
         env.update((eqn.outvars[0], x) for eqn, x in zip(casts, new))
-        return _evaluate(inner.eqns, env, inner.outvars)
+        for eqn in inner.eqns:  # every equation but the casts, effects included
+            if not any(eqn is cast for cast in casts):
+                _bind(eqn, env)
+        return [_read(env, v) for v in inner.outvars]
 
     avals = [jax.typeof(x) for x in hoisted] + list(jaxpr.in_avals)
     return trace_closed(body, avals, "hoisted_casts"), [*hoisted, *consts]
@@ -57,9 +62,17 @@ def _evaluate(eqns, env, outvars):
         if any(v in needed and v not in env for v in eqn.outvars):
             todo.append(eqn)
             needed.update(v for v in eqn.invars if not isinstance(v, Literal))
-    read = lambda v: v.val if isinstance(v, Literal) else env[v]
     for eqn in reversed(todo):
-        out = eqn.primitive.bind(*map(read, eqn.invars),
-                                 **eqn.primitive.get_bind_params(eqn.params))
-        env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out]))
-    return [read(v) for v in outvars]
+        _bind(eqn, env)
+    return [_read(env, v) for v in outvars]
+
+
+def _read(env, v):
+    return v.val if isinstance(v, Literal) else env[v]
+
+
+def _bind(eqn, env):
+    """Apply `eqn` on the current trace to the values `env` holds; store its outputs."""
+    out = eqn.primitive.bind(*[_read(env, v) for v in eqn.invars],
+                             **eqn.primitive.get_bind_params(eqn.params))
+    env.update(zip(eqn.outvars, out if eqn.primitive.multiple_results else [out]))
