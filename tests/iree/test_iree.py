@@ -13,7 +13,7 @@ import whilst
 from helpers import REPO, unrolled
 from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst.lowering import (
-    CompileError, compile_to_stream, loop_counts, prepare, stream_copy_sizes)
+    compile_to_stream, loop_counts, prepare, stream_copy_sizes)
 
 pytestmark = pytest.mark.iree
 
@@ -289,10 +289,10 @@ def test_second_derivatives_of_a_loop_without_bound_run():
     want = jax.grad(jax.grad(_second_unrolled))(x)
     hvp = lambda x: jax.jvp(jax.grad(_second), (x,), (np.float32(1),))[1]
     np.testing.assert_allclose(run_on_iree(hvp, x), want, rtol=1e-5)
-    # Reverse over reverse nests the chunked budget's loops too deep for iree-compile
-    # 3.13: refused with what to do, which works.
-    with pytest.raises(CompileError, match="maximum_iterations whose rows fit"):
-        whilst.compile(jax.grad(jax.grad(_second)), x)
+    # Reverse over reverse nests the chunked budget's loops in loop bodies; iree-compile
+    # 3.13 failed on them ("failed to solve for timepoint coverage") until loop results
+    # went behind an optimization barrier.
+    np.testing.assert_allclose(run_on_iree(jax.grad(jax.grad(_second)), x), want, rtol=1e-5)
     bounded = functools.partial(_second, maximum_iterations=8)
     np.testing.assert_allclose(run_on_iree(jax.grad(jax.grad(bounded)), x), want, rtol=1e-5)
 
