@@ -13,6 +13,12 @@ import jax
 from jax._src.core import join_effects
 # Unrolling needs sizes known at trace time: no public test for symbolic dimensions.
 from jax._src.core import is_constant_shape
+# fori_loop counts its steps where its bounds are known, as jax.lax.fori_loop does
+# (a JVP tracer of a concrete value included): no public test.
+from jax._src.core import is_concrete
+# Eager loops keep their traced jaxprs (frontend/_traced_loops.py) only outside every
+# transformation: no public test for it.
+from jax._src.core import trace_state_clean
 # `def_impl` of a primitive with sub-jaxprs: no public "compile and run one primitive".
 from jax._src.dispatch import apply_primitive
 # List helpers every rule uses to split flat operand lists: not exported by jax.
@@ -44,6 +50,10 @@ from jax._src.api_util import debug_info
 # Hoisting loop-invariant residuals, shared with lax.scan's partial evaluation:
 # no public equivalent.
 from jax._src.lax.control_flow.loops import _scan_known_hoisting
+# Varying manual axes (`jax.shard_map`'s check_vma types): the invariant->varying
+# cast that lax ops insert, and the effect of code naming a mesh axis. jax.lax.pcast
+# refuses axes a value already varies over; no public name for the primitive.
+from jax._src.core import NamedAxisEffect, pvary, pvary_p
 # Exports lower threefry2x32 with its rounds unrolled (`threefry_rounds_unrolled`):
 # jax picks the rolled form for CPU, and lowering rules have no public registry.
 # (Both names checked in the 0.10.2 and 0.12.0.1 sources; not on 0.11.2.)
@@ -52,12 +62,13 @@ from jax._src.random import threefry2x32 as _threefry2x32
 
 
 __all__ = [
-    "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim", "close_jaxpr",
-    "convert_constvars_jaxpr", "convert_element_type", "debug_info", "def_linearization", "ir_consts",
-    "is_constant_shape", "jaxpr_forwarding", "join_effects", "jvp_jaxpr", "linearize_jaxpr",
-    "merge_lists", "move_binders_to_back", "move_binders_to_front", "moveaxis",
-    "partial_eval_jaxpr_nounits", "partition_list", "prune_closed_jaxpr_outputs",
-    "scan_known_hoisting", "split_list", "threefry_rounds_unrolled",
+    "NamedAxisEffect", "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
+    "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
+    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
+    "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits", "partition_list",
+    "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting", "split_list",
+    "threefry_rounds_unrolled", "trace_state_clean",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

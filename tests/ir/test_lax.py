@@ -156,5 +156,8 @@ def test_errors_name_the_argument_and_the_path():
         whilst.lax.while_loop(lambda v: True, lambda v: v, (1.0, "text"))
     with pytest.raises(TypeError, match=r"fori_loop: lower and upper must have the same"):
         whilst.lax.fori_loop(jnp.int32(0), jnp.int16(3), lambda i, v: v, 1.0)
-    with pytest.raises(TypeError, match=r"fori_loop: upper must be an integer scalar"):
+    with pytest.raises(TypeError, match=r"fori_loop: lower and upper must have the same dtype"
+                                        r"; found int32 and float32"):
         whilst.lax.fori_loop(0, 2.5, lambda i, v: v, 1.0)
+    with pytest.raises(TypeError, match=r"fori_loop: upper must be a numeric scalar"):
+        whilst.lax.fori_loop(0, "3", lambda i, v: v, 1.0)

@@ -146,3 +146,12 @@ def test_iree_loops_with_unrolled_scans_match_numpy_and_unrolled_gradients():
             np.testing.assert_allclose(value, want[0], rtol=1e-5)
             np.testing.assert_allclose(gu, want[1][0], rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(gtheta, want[1][1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.iree
+def test_counted_loop_with_a_scan_in_its_body_takes_every_step():
+    # iree_limits/counted_loop_with_inner_loop.py: one step per iteration (what jax
+    # 0.10.2 chose for the test above), rows pushed, a scan in the body
+    from iree_limits.counted_loop_with_inner_loop import THETA, U, losses, python_loss
+    np.testing.assert_allclose(losses(counted=False),
+                               [python_loss(U, THETA, n) for n in (1, 4)], rtol=1e-5)

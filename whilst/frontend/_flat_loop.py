@@ -11,22 +11,27 @@ A frontend adapts its signature to this calling convention: it flattens its
 carry, checks each body output (structure, shapes, key leaves staying keys) in
 `body`, and checks the carry's types against body's in `check_carry`, with its
 own error messages. Here the body is traced with the carry's weak types
-resolved (`_carry_types`), PRNG key leaves travel as their key data
-(`_prng_keys`), cond must give a bool scalar, and the While is bound.
+resolved (`_carry_types`) and, inside `jax.shard_map`, the carry cast to vary
+over the manual axes body's outputs and the trip count vary over
+(`whilst.ir._vma`); PRNG key leaves travel as their key data (`_prng_keys`),
+cond must give a bool scalar, and the While is bound. Eager calls of a loop
+traced before reuse its trace (`_traced_loops`).
 """
 from __future__ import annotations
 
 import jax
 from jax import lax
 
+from whilst.frontend import _traced_loops as traced_loops
 from whilst.frontend._carry_types import trace_body
 from whilst.frontend._checks import check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.ir._vma import varying, vary
 
 
 def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, api,
-                    cond_name, back_prop=True):
+                    cond_name, back_prop=True, cache_key=None):
     """The final carry (a list like `leaves`) of the loop above.
 
     Args:
@@ -42,6 +47,9 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         and `{name}_body`.
       api, cond_name: the entry point and cond's argument name, for errors.
       back_prop: False stops gradients (and tangents) through the loop.
+      cache_key: what, with the carry's types and `options`, identifies the loop
+        for `_traced_loops` (the user's functions and the frontend's static
+        arguments); None: traced on every call.
     """
     keys = KeyLeaves(leaves)
 
@@ -53,13 +61,38 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         del i
         return keys.raw(body(keys.wrap(raw)))
 
-    init, body_jaxpr, body_consts = trace_body(flat_body, keys.raw(leaves), f"{name}_body")
-    check_carry(init, body_jaxpr.out_avals)
-    avals = [COUNTER_AVAL, *map(jax.typeof, init)]
-    cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
-    operands = [cond_consts, body_consts, bound, init]
+    key = traced_loops.cache_key(cache_key, leaves, dict(options, name=name))
+    traced = traced_loops.lookup(key)
+    if traced is None:
+        init, traced = _trace(flat_cond, flat_body, keys.raw(leaves), check_carry, bound, name)
+        traced_loops.store(key, traced)
+    else:  # the same carry types as when it was traced: promote as then
+        init = [x if jax.typeof(x) == a else lax.convert_element_type(x, a.dtype)
+                for x, a in zip(keys.raw(leaves), traced.carry_avals)]
+    operands = [list(traced.cond_consts), list(traced.body_consts), bound, init]
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
-    _, *outs = functional_while(*operands, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                                name=name, **options)
+    _, *outs = functional_while(*operands, cond_jaxpr=traced.cond_jaxpr,
+                                body_jaxpr=traced.body_jaxpr, name=name, **options)
     return keys.wrap(outs)
+
+
+def _trace(flat_cond, flat_body, init, check_carry, bound, name):
+    """`(init, TracedLoop)`: the carry with its types resolved (see the module
+    docstring), and the loop traced for it."""
+    init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
+    check_carry(init, body_jaxpr.out_avals)
+    for _ in range(len(init) + 2):
+        avals = [COUNTER_AVAL, *map(jax.typeof, init)]
+        cond_jaxpr, cond_consts = trace_with_consts(flat_cond, avals, f"{name}_cond")
+        # Inside jax.shard_map: a carry varies over the manual axes its body output
+        # does, and over those the trip count does (cond's and the bound's).
+        steps = varying(cond_jaxpr.out_avals[0]) | varying(bound)
+        wanted = [varying(x) | varying(out) | steps
+                  for x, out in zip(init, body_jaxpr.out_avals)]
+        if all(w == varying(x) for w, x in zip(wanted, init)):
+            break
+        init = [vary(x, w) for x, w in zip(init, wanted)]
+        init, body_jaxpr, body_consts = trace_body(flat_body, init, f"{name}_body")
+    return init, traced_loops.TracedLoop(tuple(map(jax.typeof, init)), cond_jaxpr,
+                                         tuple(cond_consts), body_jaxpr, tuple(body_consts))

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 from jax import lax
 
+from whilst._jax_compat import is_concrete
 from whilst.frontend import _checks as checks
 from whilst.frontend._flat_loop import flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output
@@ -42,7 +43,7 @@ def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=
                            "one argument (the carry pytree init_val)", "whilst.lax.while_loop")
     return _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
                   gradient_memory, "while" if name is None else str(name),
-                  "whilst.lax.while_loop")
+                  "whilst.lax.while_loop", cache_key=("while_loop", cond_fun, body_fun))
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None,
@@ -56,14 +57,21 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
             val = body_fun(i, val)
         return val
 
-    `i` has the integer dtype of lower and upper (a Python int takes the other's
-    dtype, as in JAX). Python-int (or otherwise concrete) bounds give a loop
-    bounded by `upper - lower`; traced bounds give an unbounded loop. Both are
-    differentiable in reverse mode (see `while_loop`).
+    Bounds follow JAX's rules. They have one dtype, integer or floating (a
+    weakly typed int, such as a Python int or a jitted one, takes the other
+    bound's integer dtype). Concrete bounds (as JAX tells them: also those
+    `jax.jvp` traces) give a loop of `upper - lower` steps
+    (rounded toward zero for floats, as `int()` does) with `i` a weakly typed
+    int, as in JAX; traced bounds give an unbounded loop whose `i` has the
+    bounds' dtype and runs while `i < upper`. Both are differentiable in reverse
+    mode (see `while_loop`). `unroll` is as in `while_loop`, or a bool as in
+    JAX: True runs every step of a loop with concrete bounds in one emitted
+    iteration, False one step per iteration.
 
     Raises:
-      TypeError: body_fun not callable, lower/upper not integer scalars of
-        compatible dtypes, and as `while_loop` for the carry.
+      TypeError: body_fun not callable, lower/upper not numeric scalars of one
+        dtype, and as `while_loop` for the carry.
+      ValueError: unroll=True with traced bounds, and as `while_loop`.
     """
     api = "whilst.lax.fori_loop"
     if not callable(body_fun):
@@ -71,12 +79,15 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
             f"{api}: body_fun must be callable, taking (i, val); found "
             f"{type(body_fun).__name__} {body_fun!r}. Pass a function or a lambda.")
     dtype = _index_dtype(lower, upper, api)
-    lower_, upper_ = (lax.convert_element_type(x, dtype) for x in (lower, upper))
-    maximum_iterations = None
-    if not any(isinstance(x, jax.core.Tracer) for x in (lower, upper)):
-        maximum_iterations = max(int(upper) - int(lower), 0)
-    weak = all(isinstance(x, int) for x in (lower, upper))
-    i0 = lower if weak else lower_  # Python ints keep a weakly typed index, as in JAX
+    if is_concrete(lower) and is_concrete(upper):
+        # A counted loop, i a weakly typed int from int(lower), as in JAX.
+        lower, upper = int(lower), int(upper)
+        maximum_iterations = max(upper - lower, 0)
+        i0, upper_ = lower, jax.numpy.asarray(upper)
+    else:
+        maximum_iterations = None
+        i0, upper_ = (lax.convert_element_type(x, dtype) for x in (lower, upper))
+    unroll = _fori_unroll(unroll, maximum_iterations, api)
 
     def cond(carry):
         return carry[0] < upper_
@@ -85,41 +96,61 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
         i, val = carry
         return i + 1, body_fun(i, val)
 
+    # Concrete bounds are part of the traced loop (cond closes over upper).
+    key = ("fori_loop", body_fun, lower, upper) if maximum_iterations is not None else None
     _, out = _while(cond, body, (i0, init_val), maximum_iterations, unroll, checkpoints,
-                    gradient_memory, "fori" if name is None else str(name), api)
+                    gradient_memory, "fori" if name is None else str(name), api, key)
     return out
 
 
-def _index_dtype(lower, upper, api):
-    """The dtype of fori_loop's index, by JAX's rule."""
-    def int_scalar(arg, x):
-        if isinstance(x, bool) or not (isinstance(x, int) or (
-                hasattr(x, "dtype") and np.shape(x) == ()
-                and np.issubdtype(x.dtype, np.integer))):
-            raise TypeError(f"{api}: {arg} must be an integer scalar (a Python int or an "
-                            f"int array of shape ()); found {type(x).__name__} {x!r}. "
-                            f"Pass an int.")
-        return jax.numpy.asarray(x)
+def _fori_unroll(unroll, maximum_iterations, api):
+    """fori_loop's `unroll` as `while_loop` takes it: a bool as JAX reads it."""
+    if unroll is False:
+        return 1
+    if unroll is True:
+        if maximum_iterations is None:
+            raise ValueError(
+                f"{api}: unroll=True unrolls every step, which needs the bounds known at "
+                f"trace time; found traced bounds. Pass concrete bounds, or an int unroll.")
+        return max(maximum_iterations, 1)
+    return unroll
 
-    lo, up = int_scalar("lower", lower), int_scalar("upper", upper)
+
+def _index_dtype(lower, upper, api):
+    """The dtype of fori_loop's bounds, by JAX's rule."""
+    def scalar(arg, x):
+        if isinstance(x, bool) or not (isinstance(x, (int, float)) or (
+                hasattr(x, "dtype") and np.shape(x) == ()
+                and (np.issubdtype(x.dtype, np.integer)
+                     or np.issubdtype(x.dtype, np.floating)))):
+            raise TypeError(f"{api}: {arg} must be a numeric scalar (a Python int or "
+                            f"float, or an int or float array of shape ()); found "
+                            f"{type(x).__name__} {x!r}. Pass an int.")
+        return jax.typeof(x)
+
+    lo, up = scalar("lower", lower), scalar("upper", upper)
     if lo.dtype == up.dtype:
         return lo.dtype
-    lo_weak, up_weak = isinstance(lower, int), isinstance(upper, int)
-    if lo_weak != up_weak:
-        return up.dtype if lo_weak else lo.dtype
-    raise TypeError(f"{api}: lower and upper must have the same integer dtype; found "
+    signed = all(np.issubdtype(a.dtype, np.signedinteger) for a in (lo, up))
+    if signed and lo.weak_type != up.weak_type:
+        return up.dtype if lo.weak_type else lo.dtype
+    raise TypeError(f"{api}: lower and upper must have the same dtype; found "
                     f"{lo.dtype} and {up.dtype}. Cast one, e.g. upper.astype({lo.dtype}).")
 
 
 def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints,
-           gradient_memory, name, api):
+           gradient_memory, name, api, cache_key=None):
     """`while_loop(cond_fun, body_fun, init_val, ...)` once fori_loop or while_loop has
-    checked its own arguments (`api` names it in errors)."""
+    checked its own arguments (`api` names it in errors; `cache_key` identifies the
+    loop for eager calls, `_flat_loop`)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
     init_val = arrays_for_loop(init_val, "init_val",
                                checks.bound_operand(maximum_iterations)[1], api, body_fun)
-    leaves_with_paths, tree = jax.tree_util.tree_flatten_with_path(init_val)
+    leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(init_val)
+    # The structure of the plain flatten, which body_fun's output is compared
+    # with (a keyed flatten may give custom nodes other aux data, as JAX allows).
+    tree = jax.tree_util.tree_structure(init_val)
     paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
     init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
 
@@ -132,7 +163,8 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
 
     check_carry = functools.partial(_check_types, api, paths)
     outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
-                           options=options, name=name, api=api, cond_name="cond_fun")
+                           options=options, name=name, api=api, cond_name="cond_fun",
+                           cache_key=cache_key and (*cache_key, tree))
     return jax.tree_util.tree_unflatten(tree, outs)
 
 

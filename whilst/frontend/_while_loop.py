@@ -97,7 +97,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
-                           back_prop=back_prop)
+                           back_prop=back_prop,
+                           cache_key=("tf_while_loop", cond, body, in_tree))
     return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
                    return_same_structure)
 
@@ -151,9 +152,10 @@ def _body_structure(out, loop_vars):
         where, expected, found = "loop_vars", expected_tree, out_tree
         if isinstance(out, list) and len(out) == len(loop_vars):
             where, expected, found = next(
-                (f"loop_vars[{k}]", jax.tree_util.tree_structure(v),
-                 jax.tree_util.tree_structure(o))
-                for k, (o, v) in enumerate(zip(out, loop_vars)) if not _same_structure(o, v))
+                ((f"loop_vars[{k}]", jax.tree_util.tree_structure(v),
+                  jax.tree_util.tree_structure(o))
+                 for k, (o, v) in enumerate(zip(out, loop_vars)) if not _same_structure(o, v)),
+                (where, expected, found))
         raise TypeError(
             f"while_loop: body must return the structure of loop_vars; for {where} it "
             f"returned {_describe(found)} but the loop variable is {_describe(expected)}. "

@@ -19,6 +19,7 @@ from jax.interpreters import ad, mlir
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import apply_primitive, broadcast_in_dim
+from whilst.ir._vma import varying, vary, with_varying
 
 UNINITIALIZED_ATTR = "whilst.uninitialized"
 
@@ -43,11 +44,14 @@ def uninitialized(avals, export_fills=None) -> list:
     else `distinct_fill(..., export_fills[j])`: a residual stack then costs no
     fill, whatever `maximum_iterations` is. Two `tensor.empty`s of one type
     feeding one loop would become one buffer on IREE, so callers give each a
-    type of its own, or a distinct fill.
+    type of its own, or a distinct fill. Inside `jax.shard_map` each array varies
+    over the manual axes its aval does (`_vma`).
     """
-    avals = tuple(ShapedArray(tuple(a.shape), np.dtype(a.dtype)) for a in avals)
     fills = tuple(export_fills) if export_fills is not None else (None,) * len(avals)
-    return uninitialized_p.bind(avals=avals, export_fills=fills)
+    out = uninitialized_p.bind(
+        avals=tuple(ShapedArray(tuple(a.shape), np.dtype(a.dtype)) for a in avals),
+        export_fills=fills)
+    return [vary(x, varying(a)) for x, a in zip(out, avals)]
 
 
 def uninitialized_values(ctx, avals, export_fills=None) -> list:
@@ -100,20 +104,20 @@ class ZeroStarted:
     """
 
     def __init__(self, avals):
-        keys = list(dict.fromkeys((tuple(a.shape), np.dtype(a.dtype)) for a in avals))
-        members = [[j for j, a in enumerate(avals) if (tuple(a.shape), np.dtype(a.dtype)) == key]
-                   for key in keys]
+        def key(a):
+            return tuple(a.shape), np.dtype(a.dtype), varying(a)
+        keys = list(dict.fromkeys(map(key, avals)))
+        members = [[j for j, a in enumerate(avals) if key(a) == k] for k in keys]
         self.slots = [None] * len(avals)
         self.avals = []
-        for group, (key, js) in enumerate(zip(keys, members)):
-            shape, dtype = key
+        for group, ((shape, dtype, axes), js) in enumerate(zip(keys, members)):
             for row, j in enumerate(js):
                 self.slots[j] = (group, row if len(js) > 1 else None)
-            self.avals.append(ShapedArray(((len(js),) if len(js) > 1 else ()) + shape,
-                                               dtype))
+            self.avals.append(with_varying(ShapedArray(
+                ((len(js),) if len(js) > 1 else ()) + shape, dtype), axes))
 
     def initial(self):
-        return [lax.full(a.shape, 0, a.dtype) for a in self.avals]
+        return [vary(lax.full(a.shape, 0, a.dtype), varying(a)) for a in self.avals]
 
     def unpack(self, carries):
         return [carries[g] if row is None else carries[g][row] for g, row in self.slots]

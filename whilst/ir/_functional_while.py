@@ -42,7 +42,6 @@ import numpy as np
 
 import jax
 from jax import lax
-from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters.ad import Zero
@@ -54,6 +53,8 @@ from whilst._jax_compat import (
 from whilst.ir._stacks import (
     NO_STACKS, StackParams, explicit_form, explicit_layout, split_pops, stack_avals)
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._const_casts import hoist_const_casts
+from whilst.ir._vma import varying, vary
 from whilst.ir.reverse._policy import Budget
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
@@ -71,10 +72,13 @@ def functional_while(cond_consts, body_consts, bound, carry, *, cond_jaxpr, body
 
     Carries that body returns unchanged are loop invariants: they are passed to
     cond and body as constants instead, so no transformation carries, batches
-    or stacks them.
+    or stacks them. Casts of body's constants to varying manual axes happen
+    before the loop (`_const_casts`).
     """
     assert role in ROLES, role
     sp = StackParams(**stack_params)
+    body_jaxpr, body_consts = hoist_const_casts(  # popped stacks are rows in body
+        body_jaxpr, len(body_consts) - sp.pops, body_consts)
     nb = len(body_consts)
     ncarry = len(carry)
     forwarded = jaxpr_forwarding(body_jaxpr.jaxpr)
@@ -280,7 +284,9 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
             body_jaxpr=body_batched, static_bound=static_bound, **params, **sp.as_params())
         return [counter, *outs], [None] + [0 if b else None for b in carry_b] + stack_dims
 
-    bounds = _move_to_front(bound, bound_dim, True, size)
+    # Inside jax.shard_map the lanes' step counts vary as the carry does (`_vma`).
+    bounds = vary(_move_to_front(bound, bound_dim, True, size),
+                  frozenset().union(*map(varying, carry)))
     ncc, nbc = len(cond_consts), len(consts) + sp.pops
 
     # Each lane counts down the steps its bound still allows, so the loop never
@@ -303,7 +309,7 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
 
     cc_avals = [jax.typeof(x) for x in cond_consts]
     bc_avals = body_batched.in_avals[:nbc]
-    lanes_aval = ShapedArray((size,), np.int32)
+    lanes_aval = jax.typeof(bounds)
     carry_avals = [jax.typeof(x) for x in carry]
     new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
                             "functional_while_vmap_cond")

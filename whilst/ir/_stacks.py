@@ -43,6 +43,7 @@ from whilst._jax_compat import split_list
 
 from whilst.ir._buffers import uninitialized
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._vma import varying, vary, with_varying
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,7 @@ def stack_avals(row_avals, rows: int):
     for a in row_avals:
         key = (tuple(a.shape), np.dtype(a.dtype))
         spare = seen[key] = seen.get(key, -1) + 1
-        avals.append(ShapedArray((rows + spare, *a.shape), a.dtype))
+        avals.append(with_varying(ShapedArray((rows + spare, *a.shape), a.dtype), varying(a)))
     return avals
 
 
@@ -95,22 +96,23 @@ def pushed_rows(static_bound: int, unroll: int, pad: int) -> int:
 # holds by construction, and lax.dynamic_slice's wrapping of negative indices
 # (a select on the index) costs IREE a device round trip per step.
 
-def _row_index(index, ndim):
+def _row_index(index, stack):
+    """The start indices of row `index` of `stack`, varying over its manual axes."""
     zero = lax.full((), 0, np.int32)
-    return (index, *[zero] * (ndim - 1))
+    return [vary(j, varying(stack)) for j in (index, *[zero] * (stack.ndim - 1))]
 
 
 def read_rows(stacks, index):
     """`[s[index] for s in stacks]`."""
-    return [lax.dynamic_slice_p.bind(s, *_row_index(index, s.ndim),
+    return [lax.dynamic_slice_p.bind(s, *_row_index(index, s),
                                          slice_sizes=(1, *s.shape[1:]))[0]
             for s in stacks]
 
 
 def write_rows(stacks, rows, index):
     """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [lax.dynamic_update_slice_p.bind(s, r.astype(s.dtype)[None],
-                                                *_row_index(index, s.ndim))
+    return [lax.dynamic_update_slice_p.bind(s, vary(r.astype(s.dtype)[None], varying(s)),
+                                                *_row_index(index, s))
             for s, r in zip(stacks, rows)]
 
 

@@ -17,6 +17,7 @@ from jax.extend.core import ClosedJaxpr
 from jax.interpreters import partial_eval as pe
 
 from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
+from whilst.ir._vma import varying, vary
 
 COUNTER_AVAL = ShapedArray((), np.int32)  # the iteration counter every loop body receives
 
@@ -50,7 +51,10 @@ def trace_closed(fn: Callable, avals: Sequence[AbstractValue],
 
 
 def call(jaxpr: ClosedJaxpr, *args) -> list:
-    """Evaluate a closed jaxpr on the current trace: `jaxpr(*args)`."""
+    """Evaluate a closed jaxpr on the current trace: `jaxpr(*args)`. Inside
+    `jax.shard_map`, an argument varying over fewer manual axes than its input
+    is cast to vary over them (`_vma`)."""
+    args = [vary(x, varying(a)) for x, a in zip(args, jaxpr.in_avals)]
     return eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
 
 

@@ -33,7 +33,7 @@ cond reads only the counter (gradient Whiles, bounds) keep the plain shape.
 """
 from __future__ import annotations
 
-from jax.extend.core import Literal
+from jax.extend.core import Literal, jaxprs_in_params
 from jax.extend.mlir.dialects import stablehlo as hlo
 
 from whilst.ir._emit_ops import subcomp
@@ -63,8 +63,10 @@ def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     while accumulators and pushed_rows(static_bound, k, row_offset) > stack_rows:
         k -= 1  # the last chunk of pushes must fit the stacks, and be less than them
     counted = _always_true(cond_jaxpr)
-    trips = None if counted or pops else counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr,
-                                                         len(consts))
+    # IREE 3.13 runs a loop that pushes rows and holds a loop in its body wrongly
+    # when its trip count bounds it (iree_limits/counted_loop_with_inner_loop.py).
+    trips = None if counted or pops or (accumulators and _holds_a_loop(body_jaxpr.jaxpr)) \
+        else counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr, len(consts))
     if trips is not None:  # `i < n` on a stepped counter: bounded by its trip count
         (steps_to_go,) = subcomp(ctx, trips, name_stack.extend("trips"), *cond_consts, *carry)
         bound, counted = hlo.minimum(bound, steps_to_go), True
@@ -119,6 +121,13 @@ def _indexing_forms(cond_jaxpr, body_jaxpr, k, counter=None):
         return (device_indexing(cond_jaxpr),
                 device_indexing(body_jaxpr, () if counter is None else (counter,)))
     return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
+
+
+def _holds_a_loop(jaxpr) -> bool:
+    """Whether `jaxpr` (its sub-jaxprs included) runs a loop: a While or a scan."""
+    return any(eqn.primitive.name in ("while", "scan", "functional_while")
+               or any(map(_holds_a_loop, jaxprs_in_params(eqn.params)))
+               for eqn in jaxpr.eqns)
 
 
 def _always_true(cond_jaxpr) -> bool:

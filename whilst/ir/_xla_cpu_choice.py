@@ -24,7 +24,7 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from whilst._jax_compat import apply_primitive, jvp_jaxpr, split_list
+from whilst._jax_compat import NamedAxisEffect, apply_primitive, jvp_jaxpr, split_list
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
 from whilst.ir._tracing import call, trace_closed
 
@@ -37,15 +37,16 @@ def xla_cpu_choice(xla_cpu, portable, *args) -> list:
     lowered for XLA:CPU (see the module docstring).
 
     Raises:
-      TypeError: a form has effects (such as `jax.debug.callback`).
+      TypeError: a form has effects (such as `jax.debug.callback`; naming a
+        `jax.shard_map` axis is none).
     """
     avals = [jax.typeof(x) for x in args]
     jaxprs = [trace_closed(fn, avals, name) for fn, name in
               [(xla_cpu, "xla_cpu_form"), (portable, "portable_form")]]
-    if any(j.effects for j in jaxprs):
-        raise TypeError(f"xla_cpu_choice: forms without effects only; found "
-                        f"{set().union(*(j.effects for j in jaxprs))}. Call the portable "
-                        f"form alone.")
+    effects = {e for j in jaxprs for e in j.effects if not isinstance(e, NamedAxisEffect)}
+    if effects:
+        raise TypeError(f"xla_cpu_choice: forms without effects only; found {effects}. "
+                        f"Call the portable form alone.")
     return xla_cpu_choice_p.bind(*args, xla_cpu=jaxprs[0], portable=jaxprs[1])
 
 

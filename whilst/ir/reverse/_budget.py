@@ -74,6 +74,7 @@ from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
+from whilst.ir._vma import varying, vary
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -375,7 +376,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     # above, are then rewritten in place by each recomputed chunk.
     avals = jax.eval_shape(started, last, pos, *slots)
     state0, steps, order, *x0 = lax.cond(
-        last > 0, started, lambda *_: [jnp.zeros(a.shape, a.dtype) for a in avals],
+        last > 0, started,
+        lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
         last, pos, *slots)
     carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct, *acc]
     consts = [*hoisted, *inv, *known, n]

@@ -77,6 +77,7 @@ from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
 from whilst.ir.iree_forms._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._vma import varying, with_varying
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 
@@ -104,7 +105,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
     _, carry_nz = jvp_body(body_jaxpr, const_nz, carry_nz)
     ncarry, nb = len(carry), len(body_consts)
     carry_avals = list(body_jaxpr.in_avals[nb + 1:])
-    slot_avals = [ShapedArray((K, *a.shape), a.dtype) for a in carry_avals]
+    slot_avals = [with_varying(ShapedArray((K, *a.shape), a.dtype), varying(a))
+                  for a in carry_avals]
     policy0 = policy_init(K)
     policy_avals = [jax.typeof(jnp.asarray(x)) for x in policy0]
     npol = len(policy0)

@@ -31,6 +31,7 @@ from jax import lax
 from jax.core import ShapedArray
 
 from whilst._jax_compat import is_constant_shape
+from whilst.ir._vma import varying, with_varying
 
 PACK_ROW_ELEMENTS = 8  # rows of at most this many elements are packed
 PACK_ELEMENTS = 64  # elements of one packed row
@@ -69,8 +70,9 @@ class RowPacking:
     def packed_avals(self) -> list:
         """The rows a step pushes: the unpacked rows in order, then the packed ones."""
         kept = [a for j, a in enumerate(self.row_avals) if j not in self._packed]
-        return kept + [ShapedArray((sum(_size(self.row_avals[j]) for j in g),),
-                                   self.row_avals[g[0]].dtype) for g in self.groups]
+        return kept + [with_varying(
+            ShapedArray((sum(_size(self.row_avals[j]) for j in g),), self.row_avals[g[0]].dtype),
+            frozenset().union(*(varying(self.row_avals[j]) for j in g))) for g in self.groups]
 
     def pack(self, rows) -> list:
         """`rows` (one value per `row_avals`) as `packed_avals`."""
