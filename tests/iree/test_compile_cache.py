@@ -123,16 +123,6 @@ def test_vulkan_modules_compile_with_default_fusion_only(targets):
     assert unhoisted == [*plain, "--iree-opt-const-expr-hoisting=false"]
 
 
-@pytest.mark.parametrize("targets", [("vulkan-spirv",), ("llvm-cpu", "vulkan-spirv")])
-def test_vulkan_modules_compile_with_default_fusion_only(targets):
-    # IREE 3.13's aggressive fusion miscomputes gradients from the int32 booleans
-    # Vulkan modules carry (iree_limits/aggressive_fusion_int32_booleans.py).
-    from whilst.lowering import flag_sets
-
-    (plain,) = flag_sets(targets)
-    assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
-
-
 def test_cache_can_be_disabled(tmp_path, monkeypatch, iree_compile_calls):
     args = (np.zeros(2, np.float32), np.int32(0))
     monkeypatch.setenv("WHILST_CACHE_DIR", str(tmp_path))
