@@ -209,7 +209,10 @@ def test_reverse_mode_stores_one_element_per_step_not_the_buffer():
     assert rows[0] == rows[1]
     assert reports[0].bytes_per_iteration == reports[1].bytes_per_iteration
     assert all(int(np.prod(row)) <= 64 for row in rows[0])  # no f32[512, 64] buffer row
-    assert reports[0].bytes_per_iteration <= 64 * 4 + 16
+    # One f32[64] row per step; jax 0.10.2's linearization of this body keeps two
+    # (still one element's size per step, whatever the capacity).
+    rows_kept = 1 if jax.__version_info__ >= (0, 11) else 2
+    assert reports[0].bytes_per_iteration <= rows_kept * 64 * 4 + 16
 
 
 def test_unbounded_loop_with_a_dynamic_array_names_both_fixes():
