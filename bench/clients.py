@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("EQX_ON_ERROR", "nan")   # equinox's checks as NaN (exportable)
@@ -21,12 +22,15 @@ import diffrax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import optimistix as optx  # noqa: E402
-
 import whilst  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
 
 from _timing import blocking, fmt_ratio, fmt_time, measure, table  # noqa: E402
+
+# The optimistix programs the client tests check (tests/clients/test_optimistix.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "clients"))
+from test_optimistix import bfgs, fixed_point, newton  # noqa: E402
 
 Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
@@ -48,24 +52,6 @@ def decay_grad(y0, rate):
         diffrax.ODETerm(lambda t, y, r: -r * y), diffrax.Euler(), 0.0, 1.0, 0.1, y0, args=r,
         saveat=diffrax.SaveAt(t1=True), max_steps=64, adjoint=WhilstAdjoint()).ys
     return jax.grad(lambda r: jnp.sum(solve(r)))(rate)
-
-
-def newton(y0, a):
-    return optx.root_find(lambda y, a: jnp.tanh(y) + a * y - 0.5,
-                          optx.Newton(rtol=1e-6, atol=1e-6), y0, a, max_steps=64,
-                          throw=False).value
-
-
-def fixed_point(y0, a):
-    return optx.fixed_point(lambda y, a: jnp.cos(a * y),
-                            optx.FixedPointIteration(rtol=1e-6, atol=1e-6), y0, a,
-                            max_steps=256, throw=False).value
-
-
-def bfgs(y0, a):
-    rosenbrock = lambda y, a: jnp.sum(a * (y[1:] - y[:-1] ** 2) ** 2 + (1 - y[:-1]) ** 2)
-    return optx.minimise(rosenbrock, optx.BFGS(rtol=1e-6, atol=1e-6), y0, a, max_steps=256,
-                         throw=False).value
 
 
 Y3 = np.array([0.5, 0.2, 0.8], np.float32)

@@ -29,6 +29,7 @@ import numpy as np
 
 import whilst
 from _harness import Stages, best_time, print_speed, run_main, save_figure
+from lstm import adam  # the same Adam as the LSTM sample
 
 FIGURE = "seq2seq_decode.png"
 START, END = 0, 1          # tokens 2..VOCAB-1 stand for the numbers 1..VOCAB-2
@@ -161,22 +162,6 @@ def batch(rng, size):
     return source, targets, (n + 1).astype(np.int32)
 
 
-def adam(train_step, weights, data, steps, lr=0.02, b1=0.9, b2=0.999, eps=1e-8):
-    """Adam on numpy arrays; train_step(*weights, *batch) -> (loss, gradients)."""
-    m = [np.zeros_like(w) for w in weights]
-    v = [np.zeros_like(w) for w in weights]
-    losses = []
-    for k in range(1, steps + 1):
-        value, grads = train_step(*weights, *data(k))
-        losses.append(float(value))
-        for i, g in enumerate(grads):
-            m[i] = b1 * m[i] + (1 - b1) * g
-            v[i] = b2 * v[i] + (1 - b2) * g ** 2
-            weights[i] = weights[i] - lr * (m[i] / (1 - b1 ** k)) / (
-                np.sqrt(v[i] / (1 - b2 ** k)) + eps)
-    return weights, losses
-
-
 def exported(hidden=32, batch_size=32):
     """`{name: (fn, export args, call args)}`: the functions `run` exports, called
     with its first batch."""
@@ -212,7 +197,7 @@ def run(hidden=32, batch_size=32, train_steps=300, figure=None):
         untrained_oracle = oracle_decode(weights, held_out[0])
     data = lambda k: first if k == 1 else batch(rng, batch_size)  # noqa: E731
     with stages(f"train: {train_steps} Adam steps on IREE"):
-        trained, losses = adam(module.train_step, list(weights), data, train_steps)
+        trained, losses = adam(module.train_step, list(weights), data, train_steps, lr=0.02)
     decoded = module.decode(*trained, held_out[0])
     result = dict(first=first_step, oracle=oracle_step, losses=losses, held_out=held_out,
                   untrained=untrained, untrained_oracle=untrained_oracle, decoded=decoded,
