@@ -6,8 +6,10 @@ Two steps, since a GPU machine may have no IREE compiler (only `iree-base-runtim
     python bench/gpu_check.py prepare DIR [--quick]   # where whilst[compile] is installed
     python bench/gpu_check.py run DIR [--quick]       # on the GPU machine
 
-`prepare` compiles each program into one module for llvm-cpu, cuda and vulkan-spirv,
-runs it with `local-sync` and saves the module, its inputs and the CPU outputs in DIR.
+`prepare` compiles each program into one module per GPU target, for llvm-cpu and
+cuda and for llvm-cpu and vulkan-spirv (a module with a vulkan-spirv target is compiled
+without aggressive fusion for all its targets), runs each with `local-sync` and saves
+the modules, the inputs and the CPU outputs in DIR.
 It also compiles each program's floor for llvm-cpu and cuda: the same program
 with each whilst loop replaced by a `lax.scan` of exactly the steps it takes on these
 inputs (`fixed_length.py`), what IREE 3.13 makes of the framework's own exact-length
@@ -94,9 +96,11 @@ def programs(quick: bool) -> dict:
     return found
 
 
-def prepare(out_dir: str, quick: bool, only: str | None = None) -> None:
+def prepare(out_dir: str, quick: bool, only: str | None = None,
+            drivers: list[str] | None = None) -> None:
     """Compile every program (those whose names contain one of the comma-separated
-    `only` words) for the CPU and the GPUs; save module, inputs, CPU outputs."""
+    `only` words) into one module per GPU driver (of `drivers`, default all), each
+    for the CPU and that driver's target; save modules, inputs, CPU outputs."""
     import jax
     import whilst
 
@@ -106,25 +110,32 @@ def prepare(out_dir: str, quick: bool, only: str | None = None) -> None:
     manifest = {}
     chosen = {name: p for name, p in programs(quick).items()
               if only is None or any(word in name for word in only.split(","))}
+    targets = {t: d for t, d in GPU_TARGETS.items() if drivers is None or d in drivers}
     for k, (name, (fn, args, rtol)) in enumerate(chosen.items()):
-        print(f"compiling {name} ...", flush=True)
-        compiled = whilst.compile(fn, *args, target=["llvm-cpu", *GPU_TARGETS],
-                                  gpu_arch={"cuda": CUDA_ARCH}, cache=False)
         stem = f"p{k}"
-        with open(os.path.join(out_dir, stem + ".vmfb"), "wb") as f:
-            f.write(compiled.data)
-        outputs = compiled.load("local-sync").main(*args)
         np.savez(os.path.join(out_dir, stem + "_in.npz"), *map(np.asarray, args))
-        np.savez(os.path.join(out_dir, stem + "_cpu.npz"),
-                 *map(np.asarray, jax.tree_util.tree_leaves(outputs)))
         manifest[name] = {"stem": stem, "rtol": rtol}
-        floor = _floor(fn, args, jax.tree_util.tree_leaves(outputs), rtol)
-        if isinstance(floor, dict):
-            with open(os.path.join(out_dir, stem + "_floor.vmfb"), "wb") as f:
-                f.write(floor.pop("data"))
-            manifest[name]["floor"] = floor
-        else:
-            print(f"  no floor: {floor}")
+        for target, driver in targets.items():
+            # One module per GPU target: a module for vulkan-spirv is compiled without
+            # aggressive fusion, for every target in it (README, "Compiling").
+            print(f"compiling {name} for {target} ...", flush=True)
+            compiled = whilst.compile(fn, *args, target=["llvm-cpu", target],
+                                      gpu_arch={target: CUDA_ARCH} if target == "cuda"
+                                      else None, cache=False)
+            with open(os.path.join(out_dir, f"{stem}_{driver}.vmfb"), "wb") as f:
+                f.write(compiled.data)
+            outputs = jax.tree_util.tree_leaves(compiled.load("local-sync").main(*args))
+            np.savez(os.path.join(out_dir, f"{stem}_{driver}_cpu.npz"),
+                     *map(np.asarray, outputs))
+            if target != "cuda":
+                continue
+            floor = _floor(fn, args, outputs, rtol)
+            if isinstance(floor, dict):
+                with open(os.path.join(out_dir, stem + "_floor.vmfb"), "wb") as f:
+                    f.write(floor.pop("data"))
+                manifest[name]["floor"] = floor
+            else:
+                print(f"  no floor: {floor}")
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2)
     print(f"wrote {len(manifest)} programs to {out_dir}")
@@ -232,14 +243,16 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
         failed_before = len(failures)
         stem, rtol = entry["stem"], entry["rtol"]
         args = _loaded(os.path.join(out_dir, stem + "_in.npz"))
-        want = _loaded(os.path.join(out_dir, stem + "_cpu.npz"))
-        with open(os.path.join(out_dir, stem + ".vmfb"), "rb") as f:
-            data = f.read()
         calls, row = {}, {"program": program}
+        # The CPU result of each driver's module; floor and JAX are checked against cuda's.
+        want = {d: _loaded(path) for d in drivers
+                if os.path.exists(path := os.path.join(out_dir, f"{stem}_{d}_cpu.npz"))}
+        reference = want.get("cuda") or next(iter(want.values()), [])
         for driver in drivers:
             try:
-                fn = whilst.runtime.load(data, driver=driver).main
-                error = _max_error(_leaves(fn(*args)), want)
+                with open(os.path.join(out_dir, f"{stem}_{driver}.vmfb"), "rb") as f:
+                    fn = whilst.runtime.load(f.read(), driver=driver).main
+                error = _max_error(_leaves(fn(*args)), want[driver])
             except Exception as e:  # noqa: BLE001 - report every failure, go on
                 failures.append(f"{program} on {driver}: {type(e).__name__}: {str(e)[:300]}")
                 continue
@@ -250,14 +263,14 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
         if "floor" in entry and "cuda" in drivers:
             with open(os.path.join(out_dir, stem + "_floor.vmfb"), "rb") as f:
                 floor = whilst.runtime.load(f.read(), driver="cuda").main
-            row["floor_error"] = _max_error(_leaves(floor(*args)), want)
+            row["floor_error"] = _max_error(_leaves(floor(*args)), reference)
             if row["floor_error"] <= rtol:  # IREE's own program, not whilst's: not a failure
                 calls["floor"] = _blocking_host(functools.partial(floor, *args))
         if jax_programs is not None and program in jax_programs:
             import jax
             jitted = jax.jit(jax_programs[program][0])
             device_args = jax.device_put(args, jax.devices("gpu")[0])
-            error = _max_error(_leaves(jitted(*device_args)), want)
+            error = _max_error(_leaves(jitted(*device_args)), reference)
             row["jax_error"] = error
             if error > rtol:
                 failures.append(f"{program} on JAX GPU: differs from IREE's CPU result by "
@@ -269,7 +282,7 @@ def run(out_dir: str, quick: bool, budget_s: float, drivers: list[str] | None = 
             row[f"{key}_s"] = timing.median
             row[f"{key}_spread"] = timing.spread
         if row.get("cuda_s", 1.0) < SMALL_CALL_S:
-            row["cuda_module_s"] = _module_time(os.path.join(out_dir, stem + ".vmfb"), args)
+            row["cuda_module_s"] = _module_time(os.path.join(out_dir, stem + "_cuda.vmfb"), args)
         rows.append(row)
         write_json(os.path.join(out_dir, name + ".json"), results)
         print(f"{program}: " + ", ".join(f"{k} {fmt_time(row[k + '_s'])}" for k in calls)
@@ -415,12 +428,14 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=2.0,
                         help="seconds of timed calls per program (default 2)")
     parser.add_argument("--drivers", metavar="DRIVER[,DRIVER...]",
-                        help=f"GPU drivers to check (default: {','.join(GPU_TARGETS.values())})")
+                        help="GPU drivers to compile for (prepare) or check (run) (default: "
+                             f"{','.join(GPU_TARGETS.values())})")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per program and driver, at least (default 3)")
     args = parser.parse_args()
     if args.step == "prepare":
-        prepare(args.dir, args.quick, args.programs)
+        prepare(args.dir, args.quick, args.programs,
+                args.drivers.split(",") if args.drivers else None)
         return 0
     if args.step == "merge":
         return merge(args.dir, args.parts)
