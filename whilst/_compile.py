@@ -84,6 +84,8 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     tried = flag_sets(targets, cpu, gpu_arch)
     described = ", ".join(f"{m['name']}" + (f" ({m['arch']})" if m["arch"] else "")
                           for m in target_metadata(targets, cpu, gpu_arch))
+    if "vulkan-spirv" in targets and {"cuda", "rocm"} & set(targets):
+        described += SHARED_FUSION_NOTE
     t = time.perf_counter()
     for flags in tried:
         data = _cache.lookup(where, _cache.key(text, flags))
@@ -105,6 +107,10 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
 
 IREE_COMPILE = "iree-compile"
 FALLBACK_NOTE = " with default fusion"
+# `flag_sets` compiles modules with a vulkan-spirv target without aggressive fusion, and
+# iree-compile's fusion flag holds for every target of the module.
+SHARED_FUSION_NOTE = (" (default fusion for every target, since vulkan-spirv is one: cuda or "
+                      "rocm in a module of its own forms fewer kernels per loop iteration)")
 _CACHED_FALLBACK = ("(cached when aggressive fusion failed; cache=False or --no-cache "
                     "compiles it again and says why)")
 

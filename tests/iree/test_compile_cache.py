@@ -148,3 +148,22 @@ def test_save_never_overwrites_or_follows_a_link(tmp_path):
 def test_names_must_be_identifiers():
     with pytest.raises(ValueError, match="name must be a Python identifier"):
         whilst.compile(step, np.zeros(2, np.float32), np.int32(0), name="../x")
+
+
+def test_a_module_for_cuda_and_vulkan_says_its_cuda_code_has_default_fusion(tmp_path):
+    """iree-compile's fusion flag holds for every target of a module, and modules with a
+    vulkan-spirv target are compiled without aggressive fusion: the stage label says
+    what that costs cuda, where a module for cuda alone is compiled with it."""
+    from whilst._compile import SHARED_FUSION_NOTE
+    from whilst.lowering import _iree
+
+    args = (np.zeros(2, np.float32), np.int32(0))
+    both = whilst.compile(step, *args, target=["llvm-cpu", "cuda", "vulkan-spirv"],
+                          cache=tmp_path)
+    assert both.stages[-1][0].endswith(SHARED_FUSION_NOTE), both.stages
+    n, x = load(both.data).main(np.array([1.0, 2.0], np.float32), 3)
+    assert int(n) == 3 and list(x) == [4.0, 5.0]
+    aggressive = f"{_iree.AGGRESSIVE_FUSION}=true"
+    assert aggressive in _iree.flag_sets(("llvm-cpu", "cuda"))[0]
+    assert all(aggressive not in flags
+               for flags in _iree.flag_sets(("llvm-cpu", "cuda", "vulkan-spirv")))
