@@ -58,6 +58,9 @@ from whilst.ir._vma import varying, vary
 from whilst.ir.reverse._policy import Budget
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
+# The name of the body that `jax.vmap` gives a loop run per lane (its checkify rule
+# refuses such loops: `_checkify.py`).
+PER_LANE_BODY = "functional_while_vmap_body"
 ROLES = ("forward", "gradient", "linear")
 
 functional_while_p = Primitive("functional_while")
@@ -314,7 +317,7 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
                             "functional_while_vmap_cond")
     new_body = trace_closed(body, [*cc_avals, *bc_avals, COUNTER_AVAL, lanes_aval,
-                                   *carry_avals], "functional_while_vmap_body")
+                                   *carry_avals], PER_LANE_BODY)
     _, remaining, *outs = functional_while(
         cond_consts, [*cond_consts, *body_operands], lax.reduce_max(bounds, (0,)),
         [bounds, *carry], cond_jaxpr=new_cond, body_jaxpr=new_body,
