@@ -227,9 +227,30 @@ def test_checkify_of_vmap_with_one_trip_count():
                "for axis 1 with size 4. ")
 
 
-def test_checkify_of_vmap_with_trip_counts_per_example_is_refused():
-    f = checkify.checkify(jax.vmap(lambda x, n: index_in_body(wl, x, n)),
-                          errors=checkify.index_checks)
+def divide_by_steps(x, n):  # n steps of c / (x - i)
+    return wl.fori_loop(0, n, lambda i, c: c / (x - i), 1.)
+
+
+@pytest.mark.parametrize("transform", [
+    lambda f: jax.vmap(f),
+    lambda f: lambda xs, ns: jax.grad(lambda xs: jax.vmap(f)(xs, ns).sum())(xs),
+    lambda f: lambda xs, ns: jax.jvp(lambda xs: jax.vmap(f)(xs, ns), (xs,), (xs,)),
+    lambda f: jax.vmap(jax.grad(f)),
+], ids=["vmap", "grad_of_vmap", "jvp_of_vmap", "vmap_of_grad"])
+def test_checkify_of_vmap_with_trip_counts_per_example_is_refused(transform):
+    # Example 0 stops after 2 steps; run on, its step 2 would divide by zero.
+    f = checkify.checkify(transform(divide_by_steps), errors=checkify.float_checks)
     with pytest.raises(ValueError, match=r"checkify of whilst loop 'fori' under jax.vmap with "
                        r"a trip count per example.*Move the vmap to the outer level"):
-        f(jnp.ones((2, 4)), jnp.array([3, 4]))
+        f(jnp.array([2., 5.]), jnp.array([2, 4]))
+    err, out = jax.vmap(checkify.checkify(divide_by_steps, errors=checkify.float_checks))(
+        jnp.array([2., 5.]), jnp.array([2, 4]))
+    assert err.get() is None
+    np.testing.assert_allclose(out, [1. / 2., 1. / (5. * 4. * 3. * 2.)], rtol=1e-6)
+
+
+def test_checkify_of_vmap_of_a_loop_that_cannot_fail():
+    f = checkify.checkify(jax.vmap(divide_by_steps), errors=checkify.user_checks)
+    err, out = f(jnp.array([2., 5.]), jnp.array([2, 4]))
+    assert err.get() is None
+    np.testing.assert_allclose(out, [1. / 2., 1. / (5. * 4. * 3. * 2.)], rtol=1e-6)

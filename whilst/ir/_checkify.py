@@ -16,8 +16,9 @@ cond (`while i < bound and cond(...)`), as plain Python::
     return error, (i, *carry)
 
 Loops with residual stacks are checked in their `explicit_form`. A loop that
-`jax.vmap` batched with per-example trip counts runs its body on finished
-examples too, whose errors would be false: such loops are refused (JAX refuses
+`jax.vmap` batched with per-example trip counts (and the loops of its derivatives)
+runs its body on finished examples too, whose errors would be false: such loops
+are refused where their cond or body can raise an error (JAX refuses
 `checkify(vmap(while_loop))` too); `vmap(checkify(f))` gives per-example errors.
 """
 from __future__ import annotations
@@ -25,10 +26,10 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax import lax
+from jax.experimental import checkify
 
 from whilst._jax_compat import checkify_context, checkify_jaxpr, split_list
-from whilst.ir._functional_while import (
-    PER_LANE_BODY, functional_while, split_operands)
+from whilst.ir._functional_while import PerLaneName, functional_while, split_operands
 from whilst.ir._stacks import StackParams, explicit_form
 from whilst.ir._tracing import COUNTER_AVAL, trace_closed
 
@@ -38,12 +39,6 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
     if StackParams.of(params).any:
         operands, params = explicit_form(operands, params)
     cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
-    if body_jaxpr.jaxpr.debug_info.traced_for == PER_LANE_BODY:
-        raise ValueError(
-            f"checkify of whilst loop {params['name']!r} under jax.vmap with a trip count "
-            f"per example: the batched body also runs on the examples that have finished, "
-            f"whose errors would be false. Move the vmap to the outer level: "
-            f"jax.vmap(checkify.checkify(f)) gives one error per example.")
     ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, bound, carry = split_operands(operands, ncc, nbc)
     ncarry = len(carry)
@@ -56,16 +51,23 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
         return _select_error(i + 1 < bound, after, error), xs
 
     # Every error the loop may raise, from a throwaway context (no codes used).
-    effects = set(error._pred)
+    effects = set()
 
     def collect_effects(*args):
         cconsts, bconsts, (bound, i), xs = split_list(args, [ncc, nbc, 2])
-        step_error, xs = checked_step(checkify_context(), error, cconsts, bconsts, bound, i, xs)
+        step_error, xs = checked_step(checkify_context(), checkify.init_error, cconsts, bconsts,
+                                      bound, i, xs)
         effects.update(step_error._pred)
         return xs
 
     trace_closed(collect_effects, [*const_avals, COUNTER_AVAL, *carry_avals],
                  "functional_while_error_effects")
+    if effects and isinstance(params["name"], PerLaneName):
+        raise ValueError(
+            f"checkify of whilst loop {params['name']!r} under jax.vmap with a trip count "
+            f"per example: the batched body also runs on the examples that have finished, "
+            f"whose errors would be false. Move the vmap to the outer level: "
+            f"jax.vmap(checkify.checkify(f)) gives one error per example.")
     error = error._add_placeholder_effects(effects)
     err_vals, err_tree = jax.tree_util.tree_flatten(error)
     nerr = len(err_vals)

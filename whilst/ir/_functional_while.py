@@ -58,9 +58,14 @@ from whilst.ir._vma import varying, vary
 from whilst.ir.reverse._policy import Budget
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
-# The name of the body that `jax.vmap` gives a loop run per lane (its checkify rule
-# refuses such loops: `_checkify.py`).
-PER_LANE_BODY = "functional_while_vmap_body"
+
+
+class PerLaneName(str):
+    """The name of a loop that `jax.vmap` runs per lane (a trip count per example),
+    whose body also runs for the examples that have finished, and of every loop made
+    from it (forward mode, reverse mode), which pass the name on: the user's name (the
+    emitted StableHLO shows it), whose type marks the loop for its checkify rule
+    (`_checkify.py`)."""
 ROLES = ("forward", "gradient", "linear")
 
 functional_while_p = Primitive("functional_while")
@@ -317,10 +322,11 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     new_cond = trace_closed(cond, [*cc_avals, COUNTER_AVAL, lanes_aval, *carry_avals],
                             "functional_while_vmap_cond")
     new_body = trace_closed(body, [*cc_avals, *bc_avals, COUNTER_AVAL, lanes_aval,
-                                   *carry_avals], PER_LANE_BODY)
+                                   *carry_avals], "functional_while_vmap_body")
     _, remaining, *outs = functional_while(
         cond_consts, [*cond_consts, *body_operands], lax.reduce_max(bounds, (0,)),
         [bounds, *carry], cond_jaxpr=new_cond, body_jaxpr=new_body,
-        static_bound=static_bound, **params, **sp.as_params())
+        static_bound=static_bound, **dict(params, name=PerLaneName(params["name"])),
+        **sp.as_params())
     return [bounds - remaining, *outs], [0] * (1 + ncarry) + stack_dims
 
