@@ -482,8 +482,8 @@ class TensorArray:
 
     def _out_of_range(self, method):
         cap = self.capacity
-        room = (f" (a dynamic array grows past it only at indices known while tracing; in "
-                f"a loop its room is maximum_iterations more elements)" if self._dynamic else "")
+        room = (" (a dynamic array grows past it only at indices known while tracing; in "
+                "a loop its room is maximum_iterations more elements)" if self._dynamic else "")
         return (f"{_escaped(self._label)}.{method}: index {{index}} is out of range for an "
                 f"array of size {cap}{room}. Pass an index in [0, {cap}).")
 
