@@ -254,3 +254,15 @@ def test_checkify_of_vmap_of_a_loop_that_cannot_fail():
     err, out = f(jnp.array([2., 5.]), jnp.array([2, 4]))
     assert err.get() is None
     np.testing.assert_allclose(out, [1. / 2., 1. / (5. * 4. * 3. * 2.)], rtol=1e-6)
+
+
+def test_a_loop_that_cannot_fail_is_left_as_it_is():
+    def loops(jaxpr):
+        return [e for e in jaxpr.eqns if e.primitive.name == "functional_while"]
+
+    xs = jnp.arange(1., 5.)
+    plain = loops(jax.make_jaxpr(lambda xs: index_in_body(wl, xs, 3))(xs).jaxpr)
+    for errors, extra in [(checkify.user_checks, 0), (checkify.index_checks, 3)]:
+        checked_loops = loops(jax.make_jaxpr(checked(wl, index_in_body, errors))(xs, 3).jaxpr)
+        # index checks carry the error state: a flag, a code and the index.
+        assert [len(e.outvars) for e in checked_loops] == [len(plain[0].outvars) + extra]

@@ -15,6 +15,8 @@ cond (`while i < bound and cond(...)`), as plain Python::
         i += 1
     return error, (i, *carry)
 
+A loop in which nothing can fail (no check of the enabled kinds) stays as it is.
+
 Loops with residual stacks are checked in their `explicit_form`. A loop that
 `jax.vmap` batched with per-example trip counts (and the loops of its derivatives)
 runs its body on finished examples too, whose errors would be false: such loops
@@ -29,19 +31,20 @@ from jax import lax
 from jax.experimental import checkify
 
 from whilst._jax_compat import checkify_context, checkify_jaxpr, split_list
-from whilst.ir._functional_while import PerLaneName, functional_while, split_operands
+from whilst.ir._functional_while import (
+    PerLaneName, functional_while, functional_while_p, split_operands)
 from whilst.ir._stacks import StackParams, explicit_form
 from whilst.ir._tracing import COUNTER_AVAL, trace_closed
 
 
 def functional_while_error_check(ctx, error, enabled_errors, *operands, **params):
     """The checkify rule of `functional_while_p` (module docstring)."""
+    unchecked = operands, params
     if StackParams.of(params).any:
         operands, params = explicit_form(operands, params)
     cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
     ncc, nbc = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, bound, carry = split_operands(operands, ncc, nbc)
-    ncarry = len(carry)
     carry_avals = [jax.typeof(x) for x in carry]
     const_avals = [jax.typeof(x) for x in [*cond_consts, *body_consts, bound]]
 
@@ -68,14 +71,15 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
             f"per example: the batched body also runs on the examples that have finished, "
             f"whose errors would be false. Move the vmap to the outer level: "
             f"jax.vmap(checkify.checkify(f)) gives one error per example.")
+    if not effects:  # nothing in the loop can fail
+        operands, params = unchecked
+        return error, functional_while_p.bind(*operands, **params)
     error = error._add_placeholder_effects(effects)
-    err_vals, err_tree = jax.tree_util.tree_flatten(error)
-    nerr = len(err_vals)
-
     first, _ = checkify_jaxpr(ctx, cond_jaxpr, enabled_errors, error, *cond_consts,
                               np.int32(0), *carry)
     error = _select_error(0 < bound, first, error)
     err_vals, err_tree = jax.tree_util.tree_flatten(error)
+    nerr = len(err_vals)
     out_trees = []
 
     def body(*args):
@@ -103,7 +107,6 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
         cond_consts, [*cond_consts, *body_consts, bound], bound, [*err_vals, *carry],
         cond_jaxpr=new_cond, body_jaxpr=new_body, **loop_params)
     errs, carry_out = split_list(outs, [nerr])
-    assert len(carry_out) == ncarry
     return jax.tree_util.tree_unflatten(out_trees[0], errs), [counter, *carry_out]
 
 
