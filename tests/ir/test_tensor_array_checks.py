@@ -1,7 +1,7 @@
 """whilst.TensorArray's run-time checks (TensorFlow's errors for indices known only
 at run time: inside loops, traced indices), reported by `checkify.checkify` and
-dropped without it. Values are checked against the same program written with a
-preallocated array and JAX's own loops."""
+dropped without it. Values are checked against plain Python (restated) and the
+gradient against `jax.grad` of the program written with a preallocated array."""
 import numpy as np
 import pytest
 
