@@ -67,7 +67,7 @@ from jax._src import checkify as _checkify
 
 __all__ = [
     "NamedAxisEffect", "apply_primitive", "checkify_context", "checkify_jaxpr",
-    "def_error_check", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "def_error_check", "error_effects", "with_error_effects", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
     "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
@@ -141,6 +141,17 @@ def checkify_jaxpr(ctx, jaxpr, enabled_errors, error, *args):
     if _CHECKIFY_CONTEXT:
         return _checkify.checkify_jaxpr(ctx, jaxpr, enabled_errors, error, *args)
     return _checkify.checkify_jaxpr(jaxpr, enabled_errors, error, *args)
+
+
+def error_effects(error) -> set:
+    """The kinds of error (`ErrorEffect`s) a `checkify.Error` has room for."""
+    return set(error._pred)
+
+
+def with_error_effects(error, effects):
+    """`error` with room for each of `effects` too (not raised), so that errors of
+    the same effects have the same arrays (what loop carries need)."""
+    return error._add_placeholder_effects(set(effects))
 
 
 def def_error_check(primitive, rule):

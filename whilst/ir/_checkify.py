@@ -30,7 +30,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import checkify
 
-from whilst._jax_compat import checkify_context, checkify_jaxpr, split_list
+from whilst._jax_compat import (
+    checkify_context, checkify_jaxpr, error_effects, split_list, with_error_effects)
 from whilst.ir._functional_while import (
     PerLaneName, functional_while, functional_while_p, split_operands)
 from whilst.ir._stacks import StackParams, explicit_form
@@ -60,7 +61,7 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
         cconsts, bconsts, (bound, i), xs = split_list(args, [ncc, nbc, 2])
         step_error, xs = checked_step(checkify_context(), checkify.init_error, cconsts, bconsts,
                                       bound, i, xs)
-        effects.update(step_error._pred)
+        effects.update(error_effects(step_error))
         return xs
 
     trace_closed(collect_effects, [*const_avals, COUNTER_AVAL, *carry_avals],
@@ -74,7 +75,7 @@ def functional_while_error_check(ctx, error, enabled_errors, *operands, **params
     if not effects:  # nothing in the loop can fail
         operands, params = unchecked
         return error, functional_while_p.bind(*operands, **params)
-    error = error._add_placeholder_effects(effects)
+    error = with_error_effects(error, effects)
     first, _ = checkify_jaxpr(ctx, cond_jaxpr, enabled_errors, error, *cond_consts,
                               np.int32(0), *carry)
     error = _select_error(0 < bound, first, error)
@@ -114,6 +115,6 @@ def _select_error(pred, on_true, on_false):
     """`on_true if pred else on_false`, where `on_true` was computed from `on_false`
     (it has its effects and knows its codes' messages, perhaps more)."""
     true_vals, tree = jax.tree_util.tree_flatten(on_true)
-    false_vals = jax.tree_util.tree_leaves(on_false._add_placeholder_effects(set(on_true._pred)))
+    false_vals = jax.tree_util.tree_leaves(with_error_effects(on_false, error_effects(on_true)))
     return jax.tree_util.tree_unflatten(
         tree, [lax.select(pred, t, f) for t, f in zip(true_vals, false_vals)])
