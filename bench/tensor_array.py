@@ -2,9 +2,9 @@
 loop writing into a preallocated array with `.at[i].set` (issue 37).
 
 The programs (forward: the rows; gradient: of a weighted sum of the rows), each with
-a TensorArray, one with `record_writes=True` (a mask of written elements) and a
-preallocated array, and the masked forward program checkified (its Error's arrays
-returned too), are checked against each other, then timed on JAX (jit, CPU) and on
+a TensorArray, one with `run_time_checks=True` (debug_checks and a mask of written
+elements) and a preallocated array, and the checked forward program checkified (its
+Error's arrays returned too), are checked against each other, then timed on JAX (jit, CPU) and on
 IREE (llvm-cpu, local-sync), all variants interleaved in this process
 (`_timing.measure`). Printed: the medians, their ratios to the preallocated
 program's per backend, and the readbacks and dispatches per emitted loop iteration
@@ -25,7 +25,7 @@ from _timing import blocking, fmt_ratio, fmt_time, measure, table
 from jax.experimental import checkify
 from whilst.lowering import compile_to_stream, loop_counts, prepare
 
-VARIANTS = ("TensorArray", "TensorArray+mask", "preallocated")
+VARIANTS = ("TensorArray", "TensorArray+checks", "preallocated")
 
 
 def programs(steps: int, width: int):
@@ -38,9 +38,9 @@ def programs(steps: int, width: int):
     def step(scale, h):
         return jnp.tanh(scale * h + 0.1)
 
-    def tensor_array(x, scale, record_writes=False):
+    def tensor_array(x, scale, run_time_checks=False):
         ta = whilst.TensorArray(jnp.float32, size=0, dynamic_size=True,
-                                element_shape=(width,), record_writes=record_writes)
+                                element_shape=(width,), run_time_checks=run_time_checks)
         _, ta, _ = whilst.while_loop(
             cond, lambda i, ta, h: (i + 1, ta.write(i, step(scale, h)), step(scale, h)),
             [0, ta, x], maximum_iterations=steps)
@@ -55,19 +55,19 @@ def programs(steps: int, width: int):
 
     weights = np.linspace(0.5, 1.5, steps, dtype=np.float32)[:, None]
     found = {}
-    def masked(x, scale):
-        return tensor_array(x, scale, record_writes=True)
+    def with_checks(x, scale):
+        return tensor_array(x, scale, run_time_checks=True)
 
-    for name, fn in zip(VARIANTS, (tensor_array, masked, preallocated)):
+    for name, fn in zip(VARIANTS, (tensor_array, with_checks, preallocated)):
         found[f"{name} forward"] = fn
         found[f"{name} gradient"] = jax.grad(
             lambda x, s, fn=fn: jnp.sum(fn(x, s) * weights), (0, 1))
-    checked = checkify.checkify(masked, errors=checkify.user_checks)
+    checked = checkify.checkify(with_checks, errors=checkify.user_checks)
 
     def checkified(x, scale):
         err, rows = checked(x, scale)
         return jax.tree_util.tree_leaves(err), rows
-    found["TensorArray+mask checkified forward"] = checkified
+    found["TensorArray+checks checkified forward"] = checkified
     return found
 
 
@@ -99,15 +99,15 @@ def main():
             t = {v: timings[f"{backend} {v} {part}"].median for v in VARIANTS}
             rows.append([f"{backend} {part}", *map(fmt_time, t.values()),
                          fmt_ratio(t["TensorArray"] / t["preallocated"]),
-                         fmt_ratio(t["TensorArray+mask"] / t["preallocated"])])
+                         fmt_ratio(t["TensorArray+checks"] / t["preallocated"])])
         if part == "forward":
             for backend in ("JAX", "IREE"):
-                t = timings[f"{backend} TensorArray+mask checkified forward"].median
+                t = timings[f"{backend} TensorArray+checks checkified forward"].median
                 pre = timings[f"{backend} preallocated forward"].median
                 rows.append([f"{backend} forward checkified", "", fmt_time(t), "", "",
                              fmt_ratio(t / pre)])
     table(f"{args.steps} steps writing f32[{args.width}] rows (medians)",
-          ["program", *VARIANTS, "TA/pre", "TA+mask/pre"], rows)
+          ["program", *VARIANTS, "TA/pre", "TA+checks/pre"], rows)
     table("IREE stream phase, per emitted loop iteration: (readbacks, dispatches)",
           ["program", "loops"], [[name, str(c)] for name, c in counts.items()])
 

@@ -41,7 +41,7 @@ def unwritten(name, method, index):
 
 def test_traced_index_out_of_range():  # eagerly the index is known: raised while tracing
     def fn(i, j):
-        ta = TensorArray(jnp.float32, size=3, name="a").write(i, 2.)
+        ta = TensorArray(jnp.float32, size=3, name="a", run_time_checks=True).write(i, 2.)
         return ta.stack(), ta.read(j), ta.gather(jnp.stack([j, 0]))
 
     f = checked("jit", fn)
@@ -61,23 +61,26 @@ def test_traced_index_out_of_range():  # eagerly the index is known: raised whil
         checked("eager", fn)(5, 1)
 
 
-def test_unchecked_programs_drop_the_checks():
+@pytest.mark.parametrize("run_time_checks", [False, True])
+def test_unchecked_programs(run_time_checks):
     def fn(i):
-        ta = TensorArray(jnp.float32, size=3).write(i, 2.)
+        ta = TensorArray(jnp.float32, size=3, run_time_checks=run_time_checks).write(i, 2.)
         return ta.stack(), ta.read(i + 1)
 
-    stack, read = jax.jit(fn)(7)  # no error, as before
+    stack, read = jax.jit(fn)(7)  # no error: a write out of range is dropped
     np.testing.assert_array_equal(stack, [0., 0., 0.])
     assert read == 0.
-    assert len(jax.tree.leaves(TensorArray(jnp.float32, size=3, element_shape=()))) == 1
-    assert len(jax.tree.leaves(TensorArray(jnp.float32, size=3, element_shape=(),
-                                           record_writes=True))) == 2  # and the mask
+    # Arrays without run-time checks hold no check (jit calls a program with a
+    # debug_check through a slower path) and no mask of written elements.
+    assert bool(jax.make_jaxpr(fn)(7).effects) == run_time_checks
+    array = TensorArray(jnp.float32, size=3, element_shape=(), run_time_checks=run_time_checks)
+    assert len(jax.tree.leaves(array)) == 1 + run_time_checks
 
 
-def write_each_step(n, index_of_step, record_writes=True):
+def write_each_step(n, index_of_step, run_time_checks=True):
     """A loop writing x * (k + 1) to index_of_step(k) at each step k."""
     def fn(x):
-        ta = TensorArray(jnp.float32, size=4, name="out", record_writes=record_writes)
+        ta = TensorArray(jnp.float32, size=4, name="out", run_time_checks=run_time_checks)
         return wl.fori_loop(0, n, lambda k, ta: ta.write(index_of_step(k), x * (k + 1.)),
                             ta).stack()
     return fn
@@ -91,8 +94,8 @@ def test_write_twice_in_a_loop(mode):
     err, out = checked(mode, write_each_step(3, lambda k: k // 2))(2.)
     assert err.get() == written_twice("out", "write", 0)
     np.testing.assert_array_equal(out, [4., 6., 0., 0.])  # the second write replaced the first
-    err, _ = checked(mode, write_each_step(3, lambda k: k // 2, record_writes=False))(2.)
-    assert err.get() is None  # no mask: not checked
+    err, _ = checked(mode, write_each_step(3, lambda k: k // 2, run_time_checks=False))(2.)
+    assert err.get() is None  # not checked
     err, _ = checked(mode, write_each_step(3, lambda k: k + 2))(2.)
     assert err.get() == out_of_range("out", "write", 4, 4)
 
@@ -112,7 +115,7 @@ def test_read_unwritten_in_a_loop(mode):
             ta, acc = c
             ta = ta.write(k, x * k)
             return ta, acc + ta.read(k - lag)
-        ta = TensorArray(jnp.float32, size=5, name="h", record_writes=True)
+        ta = TensorArray(jnp.float32, size=5, name="h", run_time_checks=True)
         return wl.fori_loop(1, 5, body, (ta.write(0, x), 0.))[1]
 
     def oracle(x, lag):
@@ -132,9 +135,10 @@ def test_read_unwritten_in_a_loop(mode):
     assert err.get() == out_of_range("h", "read", -4, 5)
 
 
-def test_read_past_a_dynamic_arrays_size():  # no mask needed: the size says it
+def test_read_past_a_dynamic_arrays_size():
     def fn(x, j):
-        ta = TensorArray(jnp.float32, size=0, dynamic_size=True, name="d", element_shape=())
+        ta = TensorArray(jnp.float32, size=0, dynamic_size=True, name="d", element_shape=(),
+                         run_time_checks=True)
 
         def body(i, ta, x):
             return i + 1, ta.write(i, x), x * 2.
@@ -155,7 +159,7 @@ def test_read_past_a_dynamic_arrays_size():  # no mask needed: the size says it
 
 def test_scatter_with_traced_indices():
     def fn(idx):
-        ta = TensorArray(jnp.int32, size=4, name="s", record_writes=True)
+        ta = TensorArray(jnp.int32, size=4, name="s", run_time_checks=True)
         return ta.scatter(idx, jnp.array([7, 8, 9], jnp.int32)).stack()
 
     err, out = checked("jit", fn)(jnp.array([3, 0, 1]))
@@ -169,7 +173,7 @@ def test_scatter_with_traced_indices():
 
 def test_vmap_of_checkify_gives_errors_per_example():
     def fn(x, n):
-        ta = TensorArray(jnp.float32, size=4, name="out", record_writes=True)
+        ta = TensorArray(jnp.float32, size=4, name="out", run_time_checks=True)
         return wl.fori_loop(0, n, lambda k, ta: ta.write(k // 2, x * (k + 1.)), ta).stack()
 
     f = jax.jit(jax.vmap(checkify.checkify(fn, errors=checkify.user_checks)))
@@ -182,7 +186,7 @@ def test_vmap_of_checkify_gives_errors_per_example():
 
 def test_gradient_through_a_checked_loop():
     def fn(x):
-        ta = TensorArray(jnp.float32, size=4, record_writes=True)
+        ta = TensorArray(jnp.float32, size=4, run_time_checks=True)
         ta = wl.fori_loop(0, 4, lambda k, ta: ta.write(k, jnp.sin(x * k)), ta)
         return jnp.sum(ta.stack() ** 2)
 

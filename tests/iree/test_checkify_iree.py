@@ -17,7 +17,7 @@ pytestmark = pytest.mark.iree
 
 def emit(x, n):
     """Writes x * (k + 1) to index k // 2 at step k, then reads index n - 1."""
-    ta = TensorArray(jnp.float32, size=4, name="out", record_writes=True)
+    ta = TensorArray(jnp.float32, size=4, name="out", run_time_checks=True)
     ta = wl.fori_loop(0, n, lambda k, ta: ta.write(k // 2, x * (k + 1.)), ta)
     checkify.check(x > 0, "x must be positive, found {x}", x=x)
     return ta.stack(), ta.read(n - 1)

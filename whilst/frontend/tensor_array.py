@@ -19,13 +19,13 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   known while tracing: eagerly, and under `jax.jit` for Python-int indices.
   Which indices were written is known for writes made in Python code (not those
   inside a loop or at traced indices; past a dynamic array's size, nothing was).
-  Where it is not known, the checks run at run time as `checkify.debug_check`s:
-  reported by `checkify.checkify(f, errors=checkify.user_checks)`, dropped
-  otherwise (a write out of range is dropped, a read out of range gives zeros).
-  Writes twice and reads of unwritten elements are checked there only for arrays
-  made with `record_writes=True`, which carry a mask of written elements (and
-  for reads past a dynamic array's size); without it an unwritten index reads
-  zeros and a second write replaces the first.
+  Where it is not known, arrays made with `run_time_checks=True` check at run
+  time, with `checkify.debug_check`s and a mask of written elements: reported by
+  `checkify.checkify(f, errors=checkify.user_checks)`, dropped otherwise. Without
+  run-time checks (the default: `jax.jit` calls any program holding a
+  `debug_check` through a slower path), a write out of range is dropped, a read
+  out of range gives zeros, an unwritten index reads zeros, and a second write
+  replaces the first.
 - `clear_after_read` is accepted and has no effect (reads never clear, as in
   TensorFlow 2's `tf.function` and XLA paths).
 - `dynamic_size=True`: a write past the end with a known index grows the array
@@ -66,9 +66,9 @@ class TensorArray:
       element_shape: the elements' shape (a tuple; None dimensions or None
         take the first write's shape).
       infer_shape: True; False (elements of varying shapes) is refused.
-      record_writes: keep a mask of written elements (one bool each, updated by
-        every write), so that checkify reports writes twice and reads of unwritten
-        elements at run time (module docstring). whilst's own argument.
+      run_time_checks: check indices known only at run time (module docstring),
+        keeping a mask of written elements (one bool each, updated by every write).
+        whilst's own argument.
 
     Raises:
       ValueError: size missing or negative for a fixed-size array, infer_shape False.
@@ -77,7 +77,7 @@ class TensorArray:
 
     def __init__(self, dtype, size=None, dynamic_size=False, clear_after_read=True,
                  tensor_array_name=None, *, element_shape=None, infer_shape=True, name=None,
-                 record_writes=False):
+                 run_time_checks=False):
         label = name if name is not None else tensor_array_name
         label = "TensorArray" if label is None else f"TensorArray {label!r}"
         if size is None and not dynamic_size:
@@ -101,7 +101,7 @@ class TensorArray:
         self._dynamic = bool(dynamic_size)
         self._clear_after_read = bool(clear_after_read)
         self._label = label
-        self._record_writes = bool(record_writes)
+        self._run_time_checks = bool(run_time_checks)
         self._capacity = self._initial_size = int(size)
         self._buffer = self._size = self._written = None
         self._known = np.zeros(self._capacity, bool)
@@ -112,7 +112,7 @@ class TensorArray:
 
     def _tree_flatten_with_keys(self):
         aux = (self._dtype, self._element_shape, self._dynamic, self._clear_after_read,
-               self._label, self._record_writes,
+               self._label, self._run_time_checks,
                None if self._buffer is not None else self._capacity)
         return ((GetAttrKey("buffer"), self._buffer), (GetAttrKey("size"), self._size),
                 (GetAttrKey("written"), self._written)), aux
@@ -125,7 +125,7 @@ class TensorArray:
     def _tree_unflatten(cls, aux, children):
         ta = object.__new__(cls)
         (ta._dtype, ta._element_shape, ta._dynamic, ta._clear_after_read, ta._label,
-         ta._record_writes, ta._capacity) = aux
+         ta._run_time_checks, ta._capacity) = aux
         ta._buffer, ta._size, ta._written = children
         ta._initial_size = ta._capacity  # used only while no buffer is allocated
         ta._known = None  # which indices were written is not known
@@ -351,7 +351,7 @@ class TensorArray:
 
     def _allocate(self, shape):
         self._buffer = jnp.zeros((self._capacity,) + tuple(shape), self._dtype)
-        if self._record_writes:
+        if self._run_time_checks:
             self._written = jnp.zeros(self._capacity, bool)
         if self._dynamic:
             self._size = jnp.asarray(self._initial_size, jnp.int32)
@@ -448,13 +448,13 @@ class TensorArray:
         return self._written.at[indices].set(True, mode="drop")
 
     def _check_writes_at_run_time(self, method, indices):
-        """`checkify.debug_check`s (dropped unless checkified) that `indices` are in
-        range and, with a mask of written elements, neither written before nor repeated."""
+        """For arrays with run-time checks, `checkify.debug_check`s (dropped unless
+        checkified) that `indices` are in range, neither written before nor repeated."""
+        if not self._run_time_checks:
+            return
         cap = self.capacity
         in_range = (indices >= 0) & (indices < cap)
         _debug_check_each(~in_range, indices, self._out_of_range(method))
-        if self._written is None:
-            return
         before = self._written.at[indices].get(mode="fill", fill_value=False)
         counts = jnp.zeros(cap, jnp.int32).at[indices].add(1, mode="drop")
         repeated = counts.at[indices].get(mode="fill", fill_value=0) > 1
@@ -465,15 +465,15 @@ class TensorArray:
             f"index, or use a new TensorArray.")
 
     def _check_reads_at_run_time(self, method, indices, unwritten):
-        """`checkify.debug_check`s (dropped unless checkified) that `indices` are in
-        range and, if `unwritten`, written: by the mask of written elements, or below
-        a dynamic array's size."""
+        """For arrays with run-time checks, `checkify.debug_check`s (dropped unless
+        checkified) that `indices` are in range and, if `unwritten`, written."""
+        if not self._run_time_checks:
+            return
         in_range = (indices >= 0) & (indices < self.capacity)
         _debug_check_each(~in_range, indices, self._out_of_range(method))
-        if not unwritten or (self._written is None and not self._dynamic):
+        if not unwritten:
             return
-        written = (self._written.at[indices].get(mode="fill", fill_value=False)
-                   if self._written is not None else indices < self._size)
+        written = self._written.at[indices].get(mode="fill", fill_value=False)
         _debug_check_each(
             in_range & ~written, indices,
             f"{_escaped(self._label)}.{method}: index {{index}} has not been written. Write "
