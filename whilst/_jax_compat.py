@@ -66,8 +66,9 @@ from jax._src import checkify as _checkify
 
 
 __all__ = [
-    "NamedAxisEffect", "apply_primitive", "checkify_context", "checkify_jaxpr",
-    "def_error_check", "error_effects", "with_error_effects", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "NamedAxisEffect", "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "checkify_context", "checkify_jaxpr", "def_error_check", "error_effects",
+    "with_error_effects",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
     "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",

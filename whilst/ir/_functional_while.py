@@ -58,14 +58,6 @@ from whilst.ir._vma import varying, vary
 from whilst.ir.reverse._policy import Budget
 
 UNBOUNDED = int(np.iinfo(np.int32).max)
-
-
-class PerLaneName(str):
-    """The name of a loop that `jax.vmap` runs per lane (a trip count per example),
-    whose body also runs for the examples that have finished, and of every loop made
-    from it (forward mode, reverse mode), which pass the name on: the user's name (the
-    emitted StableHLO shows it), whose type marks the loop for its checkify rule
-    (`_checkify.py`)."""
 ROLES = ("forward", "gradient", "linear")
 
 functional_while_p = Primitive("functional_while")
@@ -224,6 +216,14 @@ def _jvp_plain(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
 
 
 # -------------------------------------------------------------------- batching
+
+class PerLaneName(str):
+    """The name of a loop that `jax.vmap` runs per lane (a trip count per example),
+    whose body also runs for the examples that have finished, and of every loop made
+    from it (forward mode, reverse mode), which pass the name on: the user's name (the
+    emitted StableHLO shows it), whose type marks the loop for its checkify rule
+    (`_checkify.py`)."""
+
 
 def _move_to_front(x, dim, batched_now, size):
     if dim is None:
