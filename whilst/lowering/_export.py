@@ -125,9 +125,9 @@ def _refuse_errors(out_tree):
         raise TypeError(
             f"export: the output at {paths[0]} is a checkify.Error, which a module signature "
             f"cannot hold (it holds tuples, lists, dicts, namedtuples and None of arrays). "
-            f"Return its arrays, jax.tree.leaves(err), and after running the module rebuild "
-            f"it: jax.tree.unflatten(jax.tree.structure(err_shape), leaves), with err_shape "
-            f"from jax.eval_shape of the checkified function (README, Run-time errors).")
+            f"Return its arrays, `leaves, tree = jax.tree.flatten(err)`, keep the `tree` of "
+            f"the last trace, and after running the module rebuild the error: "
+            f"jax.tree.unflatten(tree, leaves) (README, Run-time errors).")
 
 
 def _arg_names(fn, nargs: int) -> list[str] | None:
