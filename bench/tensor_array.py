@@ -1,11 +1,14 @@
 """A loop that emits one row per step into a `whilst.TensorArray`, against the same
 loop writing into a preallocated array with `.at[i].set` (issue 37).
 
-Both programs (forward: the rows; gradient: of a weighted sum of the rows) are
-checked against each other, then timed on JAX (jit, CPU) and on IREE (llvm-cpu,
-local-sync), all variants interleaved in this process (`_timing.measure`).
-Printed: the medians, the ratio TensorArray / preallocated per backend, and the
-readbacks and dispatches per emitted loop iteration of each IREE module.
+The programs (forward: the rows; gradient: of a weighted sum of the rows), each with
+a TensorArray, one with `run_time_checks=True` (debug_checks and a mask of written
+elements) and a preallocated array, and the checked forward program checkified (its
+Error's arrays returned too), are checked against each other, then timed on JAX (jit, CPU) and on
+IREE (llvm-cpu, local-sync), all variants interleaved in this process
+(`_timing.measure`). Printed: the medians, their ratios to the preallocated
+program's per backend, and the readbacks and dispatches per emitted loop iteration
+of each IREE module.
 
     .venv/bin/python bench/tensor_array.py [--steps 512] [--width 64] [--budget 3]
 """
@@ -19,7 +22,10 @@ import numpy as np
 
 import whilst
 from _timing import blocking, fmt_ratio, fmt_time, measure, table
+from jax.experimental import checkify
 from whilst.lowering import compile_to_stream, loop_counts, prepare
+
+VARIANTS = ("TensorArray", "TensorArray+checks", "preallocated")
 
 
 def programs(steps: int, width: int):
@@ -32,9 +38,9 @@ def programs(steps: int, width: int):
     def step(scale, h):
         return jnp.tanh(scale * h + 0.1)
 
-    def tensor_array(x, scale):
+    def tensor_array(x, scale, run_time_checks=False):
         ta = whilst.TensorArray(jnp.float32, size=0, dynamic_size=True,
-                                element_shape=(width,))
+                                element_shape=(width,), run_time_checks=run_time_checks)
         _, ta, _ = whilst.while_loop(
             cond, lambda i, ta, h: (i + 1, ta.write(i, step(scale, h)), step(scale, h)),
             [0, ta, x], maximum_iterations=steps)
@@ -49,10 +55,19 @@ def programs(steps: int, width: int):
 
     weights = np.linspace(0.5, 1.5, steps, dtype=np.float32)[:, None]
     found = {}
-    for name, fn in (("TensorArray", tensor_array), ("preallocated", preallocated)):
+    def with_checks(x, scale):
+        return tensor_array(x, scale, run_time_checks=True)
+
+    for name, fn in zip(VARIANTS, (tensor_array, with_checks, preallocated)):
         found[f"{name} forward"] = fn
         found[f"{name} gradient"] = jax.grad(
             lambda x, s, fn=fn: jnp.sum(fn(x, s) * weights), (0, 1))
+    checked = checkify.checkify(with_checks, errors=checkify.user_checks)
+
+    def checkified(x, scale):
+        err, rows = checked(x, scale)
+        return jax.tree_util.tree_leaves(err), rows
+    found["TensorArray+checks checkified forward"] = checkified
     return found
 
 
@@ -81,12 +96,18 @@ def main():
     rows = []
     for part in ("forward", "gradient"):
         for backend in ("JAX", "IREE"):
-            ta = timings[f"{backend} TensorArray {part}"].median
-            pre = timings[f"{backend} preallocated {part}"].median
-            rows.append([f"{backend} {part}", fmt_time(ta), fmt_time(pre),
-                         fmt_ratio(ta / pre)])
+            t = {v: timings[f"{backend} {v} {part}"].median for v in VARIANTS}
+            rows.append([f"{backend} {part}", *map(fmt_time, t.values()),
+                         fmt_ratio(t["TensorArray"] / t["preallocated"]),
+                         fmt_ratio(t["TensorArray+checks"] / t["preallocated"])])
+        if part == "forward":
+            for backend in ("JAX", "IREE"):
+                t = timings[f"{backend} TensorArray+checks checkified forward"].median
+                pre = timings[f"{backend} preallocated forward"].median
+                rows.append([f"{backend} forward checkified", "", fmt_time(t), "", "",
+                             fmt_ratio(t / pre)])
     table(f"{args.steps} steps writing f32[{args.width}] rows (medians)",
-          ["program", "TensorArray", "preallocated", "ratio"], rows)
+          ["program", *VARIANTS, "TA/pre", "TA+checks/pre"], rows)
     table("IREE stream phase, per emitted loop iteration: (readbacks, dispatches)",
           ["program", "loops"], [[name, str(c)] for name, c in counts.items()])
 

@@ -59,10 +59,16 @@ from jax._src.core import NamedAxisEffect, pvary, pvary_p
 # (Both names checked in the 0.10.2 and 0.12.0.1 sources; not on 0.11.2.)
 from jax._src.interpreters.mlir import _platform_specific_lowerings
 from jax._src.random import threefry2x32 as _threefry2x32
+# Run-time errors through loops (`jax.experimental.checkify`): the rule table and
+# the interpreter of sub-jaxprs are internal; jax 0.11 gave rules a CheckifyContext
+# (the next error code) as first argument, where jax 0.10.2 counts codes globally.
+from jax._src import checkify as _checkify
 
 
 __all__ = [
     "NamedAxisEffect", "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
+    "checkify_context", "checkify_jaxpr", "def_error_check", "error_effects",
+    "with_error_effects",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
     "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
@@ -120,6 +126,43 @@ def def_linearization(primitive, rule):
                 lambda residuals, _structured, *tangents: linearized(residuals, *tangents))
 
     _ad.primitive_linearizations[primitive] = with_structured_residuals
+
+
+_CHECKIFY_CONTEXT = jax.__version_info__ >= (0, 11)
+
+
+def checkify_context():
+    """A fresh CheckifyContext: one whose codes are thrown away (jax 0.11's way to
+    query a jaxpr's error effects); None on jax 0.10.2 (no contexts)."""
+    return _checkify.CheckifyContext() if _CHECKIFY_CONTEXT else None
+
+
+def checkify_jaxpr(ctx, jaxpr, enabled_errors, error, *args):
+    """`(error, outs)`: the closed `jaxpr` on `args` with its checks folded into `error`."""
+    if _CHECKIFY_CONTEXT:
+        return _checkify.checkify_jaxpr(ctx, jaxpr, enabled_errors, error, *args)
+    return _checkify.checkify_jaxpr(jaxpr, enabled_errors, error, *args)
+
+
+def error_effects(error) -> set:
+    """The kinds of error (`ErrorEffect`s) a `checkify.Error` has room for."""
+    return set(error._pred)
+
+
+def with_error_effects(error, effects):
+    """`error` with room for each of `effects` too (not raised), so that errors of
+    the same effects have the same arrays (what loop carries need)."""
+    return error._add_placeholder_effects(set(effects))
+
+
+def def_error_check(primitive, rule):
+    """Register `rule(ctx, error, enabled_errors, *operands, **params) -> (error,
+    outs)` as the checkify rule of `primitive` (jax 0.11's protocol; `ctx` is None
+    on jax 0.10.2)."""
+    if _CHECKIFY_CONTEXT:
+        _checkify.error_checks[primitive] = rule
+    else:
+        _checkify.error_checks[primitive] = lambda *a, **p: rule(None, *a, **p)
 
 
 @contextlib.contextmanager

@@ -15,12 +15,16 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   with its element shape unknown takes the shape one step of the body writes.
 - Unwritten rows read as zeros in `stack`, `gather` and `concat`; `read` of an
   index known to be unwritten is an error.
-- Checks that depend on an index (range, written or not) run where the index is
+- Checks that depend on an index (range, written or not) raise where the index is
   known while tracing: eagerly, and under `jax.jit` for Python-int indices.
   Which indices were written is known for writes made in Python code (not those
   inside a loop or at traced indices; past a dynamic array's size, nothing was).
-  Where it is not known, a write out of range is dropped, a read out of range
-  gives zeros, an unwritten index reads zeros, and a second write to an index
+  Where it is not known, arrays made with `run_time_checks=True` check at run
+  time, with `checkify.debug_check`s and a mask of written elements: reported by
+  `checkify.checkify(f, errors=checkify.user_checks)`, dropped otherwise. Without
+  run-time checks (the default: `jax.jit` calls any program holding a
+  `debug_check` through a slower path), a write out of range is dropped, a read
+  out of range gives zeros, an unwritten index reads zeros, and a second write
   replaces the first.
 - `clear_after_read` is accepted and has no effect (reads never clear, as in
   TensorFlow 2's `tf.function` and XLA paths).
@@ -41,6 +45,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import checkify
 from jax.tree_util import GetAttrKey
 
 __all__ = ["TensorArray"]
@@ -61,6 +66,9 @@ class TensorArray:
       element_shape: the elements' shape (a tuple; None dimensions or None
         take the first write's shape).
       infer_shape: True; False (elements of varying shapes) is refused.
+      run_time_checks: check indices known only at run time (module docstring),
+        keeping a mask of written elements (one bool each, updated by every write).
+        whilst's own argument.
 
     Raises:
       ValueError: size missing or negative for a fixed-size array, infer_shape False.
@@ -68,7 +76,8 @@ class TensorArray:
     """
 
     def __init__(self, dtype, size=None, dynamic_size=False, clear_after_read=True,
-                 tensor_array_name=None, *, element_shape=None, infer_shape=True, name=None):
+                 tensor_array_name=None, *, element_shape=None, infer_shape=True, name=None,
+                 run_time_checks=False):
         label = name if name is not None else tensor_array_name
         label = "TensorArray" if label is None else f"TensorArray {label!r}"
         if size is None and not dynamic_size:
@@ -92,8 +101,9 @@ class TensorArray:
         self._dynamic = bool(dynamic_size)
         self._clear_after_read = bool(clear_after_read)
         self._label = label
+        self._run_time_checks = bool(run_time_checks)
         self._capacity = self._initial_size = int(size)
-        self._buffer = self._size = None
+        self._buffer = self._size = self._written = None
         self._known = np.zeros(self._capacity, bool)
         if self._element_shape is not None and None not in self._element_shape:
             self._allocate(self._element_shape)
@@ -102,8 +112,10 @@ class TensorArray:
 
     def _tree_flatten_with_keys(self):
         aux = (self._dtype, self._element_shape, self._dynamic, self._clear_after_read,
-               self._label, None if self._buffer is not None else self._capacity)
-        return ((GetAttrKey("buffer"), self._buffer), (GetAttrKey("size"), self._size)), aux
+               self._label, self._run_time_checks,
+               None if self._buffer is not None else self._capacity)
+        return ((GetAttrKey("buffer"), self._buffer), (GetAttrKey("size"), self._size),
+                (GetAttrKey("written"), self._written)), aux
 
     def _tree_flatten(self):
         children, aux = self._tree_flatten_with_keys()
@@ -113,16 +125,16 @@ class TensorArray:
     def _tree_unflatten(cls, aux, children):
         ta = object.__new__(cls)
         (ta._dtype, ta._element_shape, ta._dynamic, ta._clear_after_read, ta._label,
-         ta._capacity) = aux
-        ta._buffer, ta._size = children
+         ta._run_time_checks, ta._capacity) = aux
+        ta._buffer, ta._size, ta._written = children
         ta._initial_size = ta._capacity  # used only while no buffer is allocated
         ta._known = None  # which indices were written is not known
         return ta
 
-    def _replace(self, buffer, size, known):
+    def _replace(self, buffer, size, known, written):
         ta = object.__new__(type(self))
         ta.__dict__.update(self.__dict__)
-        ta._buffer, ta._size, ta._known = buffer, size, known
+        ta._buffer, ta._size, ta._known, ta._written = buffer, size, known, written
         return ta
 
     # -- properties --------------------------------------------------------------------
@@ -167,13 +179,18 @@ class TensorArray:
         if known_i is not None:
             ta = ta._reach("write", known_i)
             ta._check_unwritten("write", [known_i])
+            if ta._known is None:
+                ta._check_writes_at_run_time("write", i[None])
             return ta._replace(lax.dynamic_update_index_in_dim(ta._buffer, value, i, 0),
-                               ta._size_after(known_i + 1), ta._known_after([known_i]))
+                               ta._size_after(known_i + 1), ta._known_after([known_i]),
+                               ta._written_after(i[None]))
+        ta._check_writes_at_run_time("write", i[None])
         if ta.capacity == 0:
             return ta  # dropped: out of range
         in_range = (i >= 0) & (i < ta.capacity)
         return ta._replace(ta._buffer.at[i].set(value, mode="drop"),
-                           ta._size_after(jnp.where(in_range, i + 1, 0)), None)
+                           ta._size_after(jnp.where(in_range, i + 1, 0)), None,
+                           ta._written_after(i[None]))
 
     def unstack(self, value):
         """`write(k, value[k])` for each k, in a new array."""
@@ -183,8 +200,11 @@ class TensorArray:
         if n:
             ta = ta._reach("unstack", n - 1)
         ta._check_unwritten("unstack", range(n))
+        rows = jnp.arange(n, dtype=jnp.int32)
+        if ta._known is None:
+            ta._check_writes_at_run_time("unstack", rows)
         return ta._replace(lax.dynamic_update_slice_in_dim(ta._buffer, value, 0, 0),
-                           ta._size_after(n), ta._known_after(range(n)))
+                           ta._size_after(n), ta._known_after(range(n)), ta._written_after(rows))
 
     def scatter(self, indices, value):
         """`write(indices[k], value[k])` for each k, in a new array."""
@@ -203,13 +223,16 @@ class TensorArray:
             if len(known_idx):
                 ta = ta._reach("scatter", int(known_idx.max()), int(known_idx.min()))
             ta._check_unwritten("scatter", known_idx.tolist())
+            if ta._known is None:
+                ta._check_writes_at_run_time("scatter", idx)
             return ta._replace(ta._buffer.at[idx].set(value, mode="drop"),
                                ta._size_after(int(known_idx.max(initial=-1)) + 1),
-                               ta._known_after(known_idx.tolist()))
+                               ta._known_after(known_idx.tolist()), ta._written_after(idx))
+        ta._check_writes_at_run_time("scatter", idx)
         in_range = (idx >= 0) & (idx < ta.capacity)
         return ta._replace(ta._buffer.at[idx].set(value, mode="drop"),
                            ta._size_after(jnp.max(jnp.where(in_range, idx + 1, 0), initial=0)),
-                           None)
+                           None, ta._written_after(idx))
 
     def split(self, value, lengths):
         """`unstack` of `value` cut into pieces of `lengths` rows (equal lengths:
@@ -258,6 +281,9 @@ class TensorArray:
                     f"{self._label}.read: index {known_i} has not been written. Write it "
                     f"before reading it, or use stack()/gather(), which read unwritten "
                     f"elements as zeros.")
+        if known_i is None or self._known is None:
+            self._check_reads_at_run_time("read", i[None], unwritten=True)
+        if known_i is not None:
             return lax.dynamic_index_in_dim(self._buffer, i, 0, False)
         if self.capacity == 0:
             return jnp.zeros(self._buffer.shape[1:], self._dtype)
@@ -270,6 +296,8 @@ class TensorArray:
         if known_idx is not None:
             for k in known_idx.tolist():
                 self._check_range("gather", k)
+        if known_idx is None:
+            self._check_reads_at_run_time("gather", idx, unwritten=False)
         if self.capacity == 0:
             return jnp.zeros(idx.shape + self._buffer.shape[1:], self._dtype)
         return jnp.take(self._buffer, idx, axis=0, mode="fill", fill_value=0)
@@ -291,7 +319,7 @@ class TensorArray:
 
     def identity(self):
         """The same array (TensorFlow's `identity`: a new handle on the same data)."""
-        return self._replace(self._buffer, self._size, self._known)
+        return self._replace(self._buffer, self._size, self._known, self._written)
 
     def close(self):
         """Nothing to release (TensorFlow 2's `close` in eager mode)."""
@@ -323,6 +351,8 @@ class TensorArray:
 
     def _allocate(self, shape):
         self._buffer = jnp.zeros((self._capacity,) + tuple(shape), self._dtype)
+        if self._run_time_checks:
+            self._written = jnp.zeros(self._capacity, bool)
         if self._dynamic:
             self._size = jnp.asarray(self._initial_size, jnp.int32)
         self._element_shape = tuple(shape)
@@ -339,7 +369,7 @@ class TensorArray:
                 f"use another TensorArray for elements of this shape.")
         if self._buffer is not None:
             return self
-        ta = self._replace(None, None, self._known)
+        ta = self._replace(None, None, self._known, None)
         ta._allocate(shape)
         return ta
 
@@ -394,11 +424,12 @@ class TensorArray:
 
     def _grown(self, capacity):
         pad = capacity - self.capacity
-        known = self._known
+        known, written = self._known, self._written
         return self._replace(
             jnp.concatenate([self._buffer, jnp.zeros((pad,) + self._buffer.shape[1:],
                                                       self._dtype)]),
-            self._size, None if known is None else np.concatenate([known, np.zeros(pad, bool)]))
+            self._size, None if known is None else np.concatenate([known, np.zeros(pad, bool)]),
+            None if written is None else jnp.concatenate([written, jnp.zeros(pad, bool)]))
 
     def _check_unwritten(self, method, indices):
         if self._known is None:
@@ -409,6 +440,52 @@ class TensorArray:
                 f"{self._label}.{method}: could not write to index {twice[0]}: it has "
                 f"already been written to. Each element is written once; write to another "
                 f"index, or use a new TensorArray.")
+
+    def _written_after(self, indices):
+        """The mask of written elements once `indices` are written (None: no mask)."""
+        if self._written is None:
+            return None
+        return self._written.at[indices].set(True, mode="drop")
+
+    def _check_writes_at_run_time(self, method, indices):
+        """For arrays with run-time checks, `checkify.debug_check`s (dropped unless
+        checkified) that `indices` are in range, neither written before nor repeated."""
+        if not self._run_time_checks:
+            return
+        cap = self.capacity
+        in_range = (indices >= 0) & (indices < cap)
+        _debug_check_each(~in_range, indices, self._out_of_range(method))
+        before = self._written.at[indices].get(mode="fill", fill_value=False)
+        counts = jnp.zeros(cap, jnp.int32).at[indices].add(1, mode="drop")
+        repeated = counts.at[indices].get(mode="fill", fill_value=0) > 1
+        _debug_check_each(
+            in_range & (before | repeated), indices,
+            f"{_escaped(self._label)}.{method}: could not write to index {{index}}: it has "
+            f"already been written to. Each element is written once; write to another "
+            f"index, or use a new TensorArray.")
+
+    def _check_reads_at_run_time(self, method, indices, unwritten):
+        """For arrays with run-time checks, `checkify.debug_check`s (dropped unless
+        checkified) that `indices` are in range and, if `unwritten`, written."""
+        if not self._run_time_checks:
+            return
+        in_range = (indices >= 0) & (indices < self.capacity)
+        _debug_check_each(~in_range, indices, self._out_of_range(method))
+        if not unwritten:
+            return
+        written = self._written.at[indices].get(mode="fill", fill_value=False)
+        _debug_check_each(
+            in_range & ~written, indices,
+            f"{_escaped(self._label)}.{method}: index {{index}} has not been written. Write "
+            f"it before reading it, or use stack()/gather(), which read unwritten elements "
+            f"as zeros.")
+
+    def _out_of_range(self, method):
+        cap = self.capacity
+        room = (" (a dynamic array grows past it only at indices known while tracing; in "
+                "a loop its room is maximum_iterations more elements)" if self._dynamic else "")
+        return (f"{_escaped(self._label)}.{method}: index {{index}} is out of range for an "
+                f"array of size {cap}{room}. Pass an index in [0, {cap}).")
 
     def _element(self, method, arg, value):
         """`value` as a JAX array of this array's dtype, or a TypeError."""
@@ -541,6 +618,18 @@ def _integers(x):
     if not jnp.issubdtype(x.dtype, jnp.integer):
         return None, None
     return x.astype(jnp.int32), None
+
+
+def _debug_check_each(bad, indices, message):
+    """A `checkify.debug_check` that no entry of `bad` holds; `message` names the
+    first index where one does as `{index}`."""
+    if bad.shape[0]:
+        checkify.debug_check(~jnp.any(bad), message, index=indices[jnp.argmax(bad)])
+
+
+def _escaped(text):
+    """`text` in a `str.format` template, as is."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _show(shape):

@@ -217,6 +217,14 @@ def _jvp_plain(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
 
 # -------------------------------------------------------------------- batching
 
+class PerLaneName(str):
+    """The name of a loop that `jax.vmap` runs per lane (a trip count per example),
+    whose body also runs for the examples that have finished, and of every loop made
+    from it (forward mode, reverse mode), which pass the name on: the user's name (the
+    emitted StableHLO shows it), whose type marks the loop for its checkify rule
+    (`_checkify.py`)."""
+
+
 def _move_to_front(x, dim, batched_now, size):
     if dim is None:
         return batching.broadcast(x, size, 0, None) if batched_now else x
@@ -318,6 +326,7 @@ def _batch_stack_aware(axis_data, args, dims, sp, *, cond_jaxpr, body_jaxpr, con
     _, remaining, *outs = functional_while(
         cond_consts, [*cond_consts, *body_operands], lax.reduce_max(bounds, (0,)),
         [bounds, *carry], cond_jaxpr=new_cond, body_jaxpr=new_body,
-        static_bound=static_bound, **params, **sp.as_params())
+        static_bound=static_bound, **dict(params, name=PerLaneName(params["name"])),
+        **sp.as_params())
     return [bounds - remaining, *outs], [0] * (1 + ncarry) + stack_dims
 

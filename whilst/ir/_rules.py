@@ -6,6 +6,7 @@ imports this module once; no other module registers a rule of `functional_while_
     reverse mode (the gradient policies)                reverse/_linearization.py
     partial evaluation for remat, transposition         _partial_eval.py
     MLIR lowering                                       _while_lowering.py
+    checkify (run-time errors)                          _checkify.py
 
 The linear While primitives of reverse mode register their rules beside them, one
 block each (`reverse/_stored.py`, `reverse/_checkpointed.py`, `reverse/_budget.py`).
@@ -13,7 +14,8 @@ block each (`reverse/_stored.py`, `reverse/_checkpointed.py`, `reverse/_budget.p
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
-from whilst._jax_compat import apply_primitive, def_linearization
+from whilst._jax_compat import apply_primitive, def_error_check, def_linearization
+from whilst.ir._checkify import functional_while_error_check
 from whilst.ir._functional_while import (
     functional_while_abstract_eval, functional_while_batching, functional_while_jvp,
     functional_while_p)
@@ -33,3 +35,4 @@ pe.custom_partial_eval_rules[functional_while_p] = functional_while_partial_eval
 pe.partial_eval_jaxpr_custom_rules[functional_while_p] = functional_while_partial_eval_custom
 ad.primitive_transposes[functional_while_p] = functional_while_transpose
 mlir.register_lowering(functional_while_p, functional_while_lowering)
+def_error_check(functional_while_p, functional_while_error_check)

@@ -6,6 +6,7 @@ import inspect
 
 import jax
 import numpy as np
+from jax.experimental import checkify
 from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
@@ -82,6 +83,7 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
                                         keep_unused=True))(*specs)
     args_tree = jax.tree_util.tree_structure(tuple(specs))
+    _refuse_errors(exp.out_tree)
     signature = {
         "name": name,
         "inputs": _tree_json(args_tree),
@@ -111,6 +113,21 @@ def _in_iree_forms(fn, specs):
         return jax.tree_util.tree_unflatten(
             out_tree, jaxpr_as_fun(rewritten)(*jax.tree_util.tree_leaves(args)))
     return in_iree_forms
+
+
+def _refuse_errors(out_tree):
+    """A TypeError where `fn` returns a `checkify.Error` (no module signature holds one)."""
+    is_error = lambda x: isinstance(x, checkify.Error)  # noqa: E731
+    outputs = jax.tree_util.tree_unflatten(out_tree, [LEAF] * out_tree.num_leaves)
+    paths = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_flatten_with_path(
+        outputs, is_leaf=is_error)[0] if is_error(x)]
+    if paths:
+        raise TypeError(
+            f"export: the output at {paths[0]} is a checkify.Error, which a module signature "
+            f"cannot hold (it holds tuples, lists, dicts, namedtuples and None of arrays). "
+            f"Return its arrays, `leaves, tree = jax.tree.flatten(err)`, keep the `tree` of "
+            f"the last trace, and after running the module rebuild the error: "
+            f"jax.tree.unflatten(tree, leaves) (README, Run-time errors).")
 
 
 def _arg_names(fn, nargs: int) -> list[str] | None:
