@@ -111,18 +111,24 @@ def prepare(exports, targets=None) -> str:
 
 def _leave_uninitialized(module) -> None:
     """Ops tagged `whilst.uninitialized` (residual stacks, see whilst.ir._buffers)
-    become `tensor.empty`: allocated, never filled."""
+    become `tensor.empty`: allocated, never filled. Those inside a loop body (the
+    stacks of a budget's chunk loops) keep their zero fill: CSE would merge such a
+    `tensor.empty` with an equal one outside the loop (the forward While's stacks),
+    and IREE 3.13 then runs the module with a null buffer, "ref is null"
+    (`iree_limits/budget_chunk_stacks.py`)."""
     from iree.compiler import ir
 
     for op in ops_where(module, lambda op: "whilst.uninitialized" in op.attributes):
         result_type = ir.RankedTensorType(op.results[0].type)
         if not result_type.has_static_shape:
             continue
+        if op.operation.parent.name != "func.func":
+            del op.attributes["whilst.uninitialized"]
+            continue
         with ir.InsertionPoint(op), op.location:
             empty = ir.Operation.create("tensor.empty", results=[result_type])
         op.results[0].replace_all_uses_with(empty.results[0])
         op.erase()
-
 
 
 def _rename_symbols(module, name: str) -> None:

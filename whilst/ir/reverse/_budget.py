@@ -9,9 +9,9 @@ that fit. Linearizing it emits one forward While over the chunks::
     while m == S and n < bound and cond(n, carry):
         save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
-        # at most S steps, writing each step's rows (`_stored.py`'s) into stacks
+        # at most S steps, pushing each step's rows (`_stored.py`'s) into new stacks
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
-                                        stacks, bound=min(S, bound - n))
+                                        bound=min(S, bound - n))
         n += m; c += 1
 
 and, on the tangent side, `budget_linear_while_p`, whose transpose is the
@@ -19,7 +19,7 @@ gradient. The last chunk's rows are still in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
 checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
-from its checkpoint, writing their rows, and a stored gradient of those rows that
+from its checkpoint, pushing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
 `stablehlo.case` (which IREE runs from the host)::
 
@@ -27,7 +27,7 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
     fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
     while fine > 0:
         turn = cur == fine - 1
-        x_next, stacks = stored_while(x, stacks, steps=S)   # chunk cur, recomputed
+        x_next, stacks = stored_while(x, steps=S)   # chunk cur, recomputed
         ct, dc = stored_gradient(stacks, ct, steps=S if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
@@ -36,11 +36,10 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
 The schedule's start (a sort and a restore) runs under `lax.cond(c > 1)`: a loop
 that ended in its first chunk skips it. An advance writes rows it does not need
 (so the body holds two loops, not three); with c <= K chunks the forward stored
-every chunk's start and no chunk is advanced. The stacks are one buffer, carried
-by both Whiles and by the loops of a chunk, which write them in place:
-IREE 3.13 copies the stacks of a loop nested in a loop body that pushes rows
-itself (`_stacks.py`) at every step (1 MiB of stacks cost n = 10 steps of
-bench/grad_tanh.py 3.5x the time).
+every chunk's start and no chunk is advanced. A chunk's loops push their rows
+themselves (`_stacks.py`), so that the lowering unrolls them as it does the
+stored path's loops, writing the rows of k steps at once, with no host branch
+per step; the forward While carries the stacks of its last chunk.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -71,7 +70,7 @@ from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
-from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
+from whilst.ir._stacks import pushed_rows, stack_avals
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
 from whilst.ir._vma import varying, vary
@@ -119,7 +118,8 @@ class _Chunks:
     primal: object
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
-    grad_unroll: int      # lays out the stacks (see `_stored.py`)
+    grad_unroll: int      # the chunk gradient's and the chunk loops' unroll factors,
+    fwd_unroll: int       # which lay out the stacks (see `_stored.py`)
     unroll: int | None    # the loop's `unroll`, given to the chunk's gradient While
 
     @classmethod
@@ -130,7 +130,8 @@ class _Chunks:
                           f"{name}_chunk_primal")
         return cls(S, name, gradient, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
-                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S), unroll)
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
+                   min(unroll_factor(cond, primal, unroll), S), unroll)
 
     @property
     def carry_avals(self):
@@ -142,45 +143,45 @@ class _Chunks:
 
     @property
     def rows(self):
-        return pushed_rows(self.S, 1, self.pad)
+        return pushed_rows(self.S, self.fwd_unroll, self.pad)
 
     @property
     def stack_avals(self):
         ncarry = len(self.carry_avals)
         return stack_avals(self.primal.out_avals[ncarry:], self.rows)
 
-    def stored(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None):
+    def stored(self, cond_consts, hoisted, start, limit, xs, cond_jaxpr=None):
         """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
-        holds; every one when `cond_jaxpr` is None), writing their rows into
-        `stacks`, carried (see the module docstring), one row per step."""
+        holds; every one when `cond_jaxpr` is None), pushing their rows, one per
+        step, into new stacks (the loop's own, `_stacks.py`: unrolled, it writes
+        the rows of its steps per iteration at once)."""
         ncarry, nh, ncc = len(xs), len(hoisted), len(cond_consts)
 
         def body(*args):
-            hc, (start, i), xs, stacks = split_list(args, [nh, 2, ncarry])
-            xs, rows = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
-            return [*xs, *write_rows(stacks, rows, i + self.pad)]
+            hc, (start, i), xs = split_list(args, [nh, 2])
+            return call(self.primal, *hc, start, i, *xs)
 
         def cond(*args):
-            cc, (start, i), xs, _ = split_list(args, [ncc, 2, ncarry])
+            cc, (start, i), xs = split_list(args, [ncc, 2])
             return call(cond_jaxpr or self.cond, *cc, start, i, *xs)
 
-        carry_avals = [*self.carry_avals, *self.stack_avals]
         h_avals = [jax.typeof(x) for x in hoisted]
         cc_avals = [jax.typeof(x) for x in cond_consts]
         m, *outs = functional_while(
-            [*cond_consts, start], [*hoisted, start], limit, [*xs, *stacks],
+            [*cond_consts, start], [*hoisted, start], limit, xs,
             cond_jaxpr=trace_closed(
-                cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
+                cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals],
                 f"{self.name}_chunk_cond"),
-            body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
-                                    f"{self.name}_chunk_body"),
-            static_bound=self.S, name=self.name, gradient=self.policy)
+            body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL,
+                                           *self.carry_avals], f"{self.name}_chunk_body"),
+            static_bound=self.S, name=self.name, gradient=self.policy,
+            accumulators=len(self.stack_avals), stack_rows=self.rows, row_offset=self.pad)
         return m, outs[:ncarry], outs[ncarry:]
 
-    def recomputed(self, hoisted, start, steps, xs, stacks):
+    def recomputed(self, hoisted, start, steps, xs):
         """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        return self.stored([], hoisted, start, steps, xs, stacks, cond_jaxpr=counted)[1:]
+        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[1:]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
         """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
@@ -231,11 +232,11 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
 
     def forward_body(*args):
-        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, stacks = split_list(
+        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, _ = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
-        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs, stacks)
+        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs)
         return [n + m, m, _packed_policy(policy), *xs, pos, *slots, *stacks]
 
     def forward_cond(*args):
@@ -337,15 +338,15 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
 
     def body(*args):
-        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
-            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk, nct])
+        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
+            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
         start = cur * S
         length = jnp.minimum(np.int32(S), n - start)
         # Chunk cur, from the restored carry: its next carry, and its rows (read
         # only where it is reversed; written anyway: one loop less in the body).
-        x_next, stacks = chunks.recomputed(hc, start, length, xs, stacks)
+        x_next, stacks = chunks.recomputed(hc, start, length, xs)
         ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
@@ -356,7 +357,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
         xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
-        return [new_state, new_steps, order, *slots, *xs, *stacks, *ct, *acc]
+        return [new_state, new_steps, order, *slots, *xs, *ct, *acc]
 
     def cond(n, i, state, *_):
         return [state[1] > 0]
@@ -379,7 +380,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         last > 0, started,
         lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
         last, pos, *slots)
-    carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct, *acc]
+    carry0 = [state0, steps, order, *slots, *x0, *ct, *acc]
     consts = [*hoisted, *inv, *known, n]
     const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
     _, *outs = functional_while(
@@ -390,7 +391,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
                                 "budget_gradient_body"),
         static_bound=None, name=chunks.name, role="gradient",
         gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
-    ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
+    ct_out, acc_out = split_list(outs[3 + 2 * ncarry:], [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
