@@ -24,7 +24,6 @@ Python loop:
 
     python iree_limits/budget_chunk_stacks.py
 """
-import functools
 
 import jax
 import jax.numpy as jnp
