@@ -9,7 +9,8 @@ contexts", so whilst uses default fusion):
 - `tensor.empty` as the initial stacks of the chunk loops: canonicalize and CSE merge
   them with the equal `tensor.empty` the forward While's stacks start from, outside
   both loops. whilst keeps a zero fill for `whilst.uninitialized` values inside a
-  loop body (`_leave_uninitialized`, `whilst/lowering/_iree.py`).
+  loop body of the type of one outside it (`_leave_uninitialized`,
+  `whilst/lowering/_iree.py`).
 - an optimization barrier on a one-element gather from a result of a `stablehlo.case`
   (the gradient While's start, restored from the checkpoint slots). whilst does not
   fence those gathers (`fenced_point_gathers`, `whilst/lowering/_iree_fusion.py`).
