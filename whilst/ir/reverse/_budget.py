@@ -9,9 +9,9 @@ that fit. Linearizing it emits one forward While over the chunks::
     while m == S and n < bound and cond(n, carry):
         save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
-        # at most S steps, pushing each step's rows (`_stored.py`'s) into new stacks
+        # at most S steps, each step's rows (`_stored.py`'s) into the stacks
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
-                                        bound=min(S, bound - n))
+                                        stacks, bound=min(S, bound - n))
         n += m; c += 1
 
 and, on the tangent side, `budget_linear_while_p`, whose transpose is the
@@ -19,7 +19,7 @@ gradient. The last chunk's rows are still in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
 checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
-from its checkpoint, pushing their rows, and a stored gradient of those rows that
+from its checkpoint, storing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
 `stablehlo.case` (which IREE runs from the host)::
 
@@ -27,7 +27,7 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
     fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
     while fine > 0:
         turn = cur == fine - 1
-        x_next, stacks = stored_while(x, steps=S)   # chunk cur, recomputed
+        x_next, stacks = stored_while(x, steps=S)   # chunk cur, recomputed, new stacks
         ct, dc = stored_gradient(stacks, ct, steps=S if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
@@ -37,9 +37,11 @@ The schedule's start (a sort and a restore) runs under `lax.cond(c > 1)`: a loop
 that ended in its first chunk skips it. An advance writes rows it does not need
 (so the body holds two loops, not three); with c <= K chunks the forward stored
 every chunk's start and no chunk is advanced. A chunk's loops push their rows
-themselves (`_stacks.py`), so that the lowering unrolls them as it does the
-stored path's loops, writing the rows of k steps at once, with no host branch
-per step; the forward While carries the stacks of its last chunk.
+themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
+it does the stored path's loops, writing the rows of k steps at once, with no
+host branch per step. The forward While carries the stacks of its last chunk;
+under `jax.jit` (XLA:CPU, `xla_cpu_choice`) its chunk loop writes them in place
+instead, so that XLA keeps fewer copies of them.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -70,10 +72,11 @@ from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
-from whilst.ir._stacks import pushed_rows, stack_avals
+from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
 from whilst.ir._vma import varying, vary
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -150,38 +153,59 @@ class _Chunks:
         ncarry = len(self.carry_avals)
         return stack_avals(self.primal.out_avals[ncarry:], self.rows)
 
-    def stored(self, cond_consts, hoisted, start, limit, xs, cond_jaxpr=None):
+    def stored(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None):
         """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
-        holds; every one when `cond_jaxpr` is None), pushing their rows, one per
-        step, into new stacks (the loop's own, `_stacks.py`: unrolled, it writes
-        the rows of its steps per iteration at once)."""
+        holds; every one when `cond_jaxpr` is None), their rows in `stacks`, one per
+        step (see the module docstring): pushed by the loop into new stacks, or,
+        lowered for XLA:CPU, written into `stacks` in place (`xla_cpu_choice`)."""
+        ncarry, nh, ncc, nstk = len(xs), len(hoisted), len(cond_consts), len(stacks)
+
+        def form(pushing):
+            def stored(*args):
+                cc, hc, (start, limit), xs, stacks = split_list(args, [ncc, nh, 2, ncarry])
+                m, *outs = self._loop(cc, hc, start, limit, xs, [] if pushing else stacks,
+                                      cond_jaxpr)
+                return [m, *outs]
+            return stored
+
+        m, *outs = xla_cpu_choice(form(False), form(True), *cond_consts, *hoisted, start,
+                                  limit, *xs, *stacks)
+        return m, outs[:ncarry], outs[ncarry:ncarry + nstk]
+
+    def _loop(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr):
+        """`stored`'s loop: pushing its rows where `stacks` is empty, else writing them
+        into `stacks`, carried."""
         ncarry, nh, ncc = len(xs), len(hoisted), len(cond_consts)
+        pushes = {} if stacks else dict(accumulators=len(self.stack_avals),
+                                        stack_rows=self.rows, row_offset=self.pad)
 
         def body(*args):
-            hc, (start, i), xs = split_list(args, [nh, 2])
-            return call(self.primal, *hc, start, i, *xs)
+            hc, (start, i), xs, stacks = split_list(args, [nh, 2, ncarry])
+            xs, rows = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
+            return [*xs, *(write_rows(stacks, rows, i + self.pad) if stacks else rows)]
 
         def cond(*args):
-            cc, (start, i), xs = split_list(args, [ncc, 2])
+            cc, (start, i), xs, _ = split_list(args, [ncc, 2, ncarry])
             return call(cond_jaxpr or self.cond, *cc, start, i, *xs)
 
+        carry_avals = [*self.carry_avals, *[jax.typeof(s) for s in stacks]]
         h_avals = [jax.typeof(x) for x in hoisted]
         cc_avals = [jax.typeof(x) for x in cond_consts]
-        m, *outs = functional_while(
-            [*cond_consts, start], [*hoisted, start], limit, xs,
+        return functional_while(
+            [*cond_consts, start], [*hoisted, start], limit, [*xs, *stacks],
             cond_jaxpr=trace_closed(
-                cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals],
+                cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                 f"{self.name}_chunk_cond"),
-            body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL,
-                                           *self.carry_avals], f"{self.name}_chunk_body"),
-            static_bound=self.S, name=self.name, gradient=self.policy,
-            accumulators=len(self.stack_avals), stack_rows=self.rows, row_offset=self.pad)
-        return m, outs[:ncarry], outs[ncarry:]
+            body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
+                                    f"{self.name}_chunk_body"),
+            static_bound=self.S, name=self.name, gradient=self.policy, **pushes)
 
     def recomputed(self, hoisted, start, steps, xs):
-        """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows."""
+        """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows,
+        pushed into new stacks."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        return self.stored([], hoisted, start, steps, xs, cond_jaxpr=counted)[1:]
+        _, *outs = self._loop([], hoisted, start, steps, xs, [], counted)
+        return outs[:len(xs)], outs[len(xs):]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
         """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
@@ -232,11 +256,11 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
 
     def forward_body(*args):
-        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, _ = split_list(
+        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, stacks = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
-        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs)
+        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs, stacks)
         return [n + m, m, _packed_policy(policy), *xs, pos, *slots, *stacks]
 
     def forward_cond(*args):
