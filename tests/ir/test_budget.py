@@ -190,7 +190,9 @@ def test_one_forward_and_one_gradient_while_over_chunks():
     forward, _, chunks = [e for e in jaxpr.eqns if e.primitive.name == "functional_while"]
     assert _loop_kinds(jaxpr) == [("forward", 2, 0, 0), ("gradient", None, 0, 1),
                                   ("gradient", 2, 0, 0)]
-    assert _loop_kinds(forward.params["body_jaxpr"].jaxpr) == [("forward", None, 1, 0)]
+    # the chunk loop as exported (under jax.jit it writes the forward's stacks in place)
+    assert _loop_kinds(portable_forms(forward.params["body_jaxpr"]).jaxpr) == [
+        ("forward", None, 1, 0)]
     body = chunks.params["body_jaxpr"].jaxpr
     assert _loop_kinds(body) == [("forward", None, 1, 0), ("gradient", None, 0, 1)]
     assert not {"cond", "switch"} & set(_primitives(body))
