@@ -40,8 +40,8 @@ every chunk's start and no chunk is advanced. A chunk's loops push their rows
 themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
 it does the stored path's loops, writing the rows of k steps at once, with no
 host branch per step. The forward While carries the stacks of its last chunk;
-under `jax.jit` (XLA:CPU, `xla_cpu_choice`) its chunk loop writes them in place
-instead, so that XLA keeps fewer copies of them.
+under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
+their chunk loops write them in place instead, so that XLA keeps one copy.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -53,6 +53,7 @@ own: `_checkpointed.py` linearizes with K checkpoints and no stored rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -200,11 +201,11 @@ class _Chunks:
                                     f"{self.name}_chunk_body"),
             static_bound=self.S, name=self.name, gradient=self.policy, **pushes)
 
-    def recomputed(self, hoisted, start, steps, xs):
+    def recomputed(self, hoisted, start, steps, xs, stacks=()):
         """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows,
-        pushed into new stacks."""
+        written into `stacks` in place, or pushed into new stacks where none."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        _, *outs = self._loop([], hoisted, start, steps, xs, [], counted)
+        _, *outs = self._loop([], hoisted, start, steps, xs, list(stacks), counted)
         return outs[:len(xs)], outs[len(xs):]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
@@ -361,16 +362,16 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         it = iter(known)
         return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
 
-    def body(*args):
-        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, ct, acc = split_list(
-            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nct])
+    def body(carried, *args):
+        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
+            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk if carried else 0, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
         start = cur * S
         length = jnp.minimum(np.int32(S), n - start)
         # Chunk cur, from the restored carry: its next carry, and its rows (read
         # only where it is reversed; written anyway: one loop less in the body).
-        x_next, stacks = chunks.recomputed(hc, start, length, xs)
+        x_next, stacks = chunks.recomputed(hc, start, length, xs, stacks)
         ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
@@ -381,7 +382,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
         xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
-        return [new_state, new_steps, order, *slots, *xs, *ct, *acc]
+        return [new_state, new_steps, order, *slots, *xs, *(stacks if carried else []), *ct,
+                *acc]
 
     def cond(n, i, state, *_):
         return [state[1] > 0]
@@ -397,25 +399,35 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
 
     # The gradient While over chunks `last - 1, .., 0`. Its start (a sort and a
     # restore) runs only where the loop ran past its first chunk; otherwise a state
-    # whose While takes no trip (`fine`, state[1], is 0). The forward's stacks, read
-    # above, are then rewritten in place by each recomputed chunk.
-    avals = jax.eval_shape(started, last, pos, *slots)
-    state0, steps, order, *x0 = lax.cond(
-        last > 0, started,
-        lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
-        last, pos, *slots)
-    carry0 = [state0, steps, order, *slots, *x0, *ct, *acc]
-    consts = [*hoisted, *inv, *known, n]
-    const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
-    _, *outs = functional_while(
-        [n], consts, np.int32(UNBOUNDED), carry0,
-        cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_cond"),
-        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_body"),
-        static_bound=None, name=chunks.name, role="gradient",
-        gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
-    ct_out, acc_out = split_list(outs[3 + 2 * ncarry:], [nct])
+    # whose While takes no trip (`fine`, state[1], is 0). Under jax.jit the forward's
+    # stacks, read above, are then rewritten in place by each recomputed chunk.
+    def gradient_while(carried, last, pos, *args):
+        """The gradient While, `carried`: with the stacks in its carry, rewritten in
+        place by each recomputed chunk (XLA:CPU), else pushed anew (exported)."""
+        slots, consts, stacks, ct, acc = split_list(
+            list(args), [ncarry, nh + ninv + nk + 1, nstk, nct])
+        avals = jax.eval_shape(started, last, pos, *slots)
+        state0, steps, order, *x0 = lax.cond(
+            last > 0, started,
+            lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
+            last, pos, *slots)
+        carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
+        const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
+        _, *outs = functional_while(
+            [consts[-1]], consts, np.int32(UNBOUNDED), carry0,
+            cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_cond"),
+            body_jaxpr=trace_closed(functools.partial(body, carried),
+                                    [*const_avals, COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_body"),
+            static_bound=None, name=chunks.name, role="gradient",
+            gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
+        return outs[3 + 2 * ncarry + (nstk if carried else 0):]
+
+    outs = xla_cpu_choice(functools.partial(gradient_while, True),
+                          functools.partial(gradient_while, False), last, pos, *slots,
+                          *hoisted, *inv, *known, n, *stacks, *ct, *acc)
+    ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
