@@ -535,7 +535,8 @@ GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 # fusion for them. They are compiled in modules of their own, so the others run
 # with aggressive fusion.
 WITHOUT_AGGRESSIVE_FUSION = {
-    "budget_grad_unbounded", "budget_switch", "checkpoint_data_dependent_stop",
+    "budget_grad_unbounded", "budget_switch", "budget_vmap_of_grad",
+    "checkpoint_data_dependent_stop",
     "checkpoint_float_cond", "checkpoint_jvp_and_grad_of_grad", "checkpoint_grad_n5",
     "checkpoint_grad_traced_n", "checkpoint_nested", "grad_of_grad_nested", "two_zeros_carries",
 }

@@ -82,14 +82,17 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     not appear here.
     """
     closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
-    loops, chunked = [], []
+    loops, chunked, chunk_loops = [], [], set()
     for eqn in iter_loops(closed.jaxpr):
         policy, n_acc = eqn.params["gradient"], eqn.params["accumulators"]
         if isinstance(policy, ChunkedLoop):   # a chunk's stacks, carried
             chunked.append(LoopResiduals(
                 name=eqn.params["name"], role="forward", max_iterations=policy.chunk_steps,
                 stack_shapes=policy.chunk_stacks))
-        if n_acc == 0:
+        if isinstance(policy, ChunkedLoop) or eqn.params["role"] == "gradient":
+            # their loops that push a chunk's rows (forwards, and recomputed)
+            chunk_loops.update(map(id, iter_loops(eqn.params["body_jaxpr"].jaxpr)))
+        if n_acc == 0 or id(eqn) in chunk_loops:
             continue
         stacks = [v.aval for v in eqn.outvars[-n_acc:]]
         loops.append(LoopResiduals(

@@ -111,18 +111,34 @@ def prepare(exports, targets=None) -> str:
 
 def _leave_uninitialized(module) -> None:
     """Ops tagged `whilst.uninitialized` (residual stacks, see whilst.ir._buffers)
-    become `tensor.empty`: allocated, never filled."""
+    become `tensor.empty`: allocated, never filled. Those inside a loop body of the
+    type of one in an enclosing block (a budget's chunk loops and its forward While
+    start stacks of one type) keep their zero fill: CSE would merge the two
+    `tensor.empty`s, and IREE 3.13 then runs the module with a null buffer, "ref is
+    null" (`iree_limits/budget_chunk_stacks.py`)."""
     from iree.compiler import ir
 
-    for op in ops_where(module, lambda op: "whilst.uninitialized" in op.attributes):
-        result_type = ir.RankedTensorType(op.results[0].type)
-        if not result_type.has_static_shape:
+    tagged = [op for op in ops_where(module, lambda op: "whilst.uninitialized" in op.attributes)
+              if ir.RankedTensorType(op.results[0].type).has_static_shape]
+    for op in [op for op in tagged if _enclosing_same_type(op, tagged)]:
+        del op.attributes["whilst.uninitialized"]
+    for op in tagged:
+        if "whilst.uninitialized" not in op.attributes:
             continue
         with ir.InsertionPoint(op), op.location:
-            empty = ir.Operation.create("tensor.empty", results=[result_type])
+            empty = ir.Operation.create("tensor.empty", results=[op.results[0].type])
         op.results[0].replace_all_uses_with(empty.results[0])
         op.erase()
 
+
+def _enclosing_same_type(op, ops) -> bool:
+    """Whether one of `ops` of `op`'s result type lies in a block enclosing `op`'s."""
+    ancestors, parent = [], op.operation.parent
+    while parent is not None and parent.name != "builtin.module":
+        ancestors.append(parent)
+        parent = parent.parent
+    return any(other.results[0].type == op.results[0].type
+               and other.operation.parent in ancestors[1:] for other in ops)
 
 
 def _rename_symbols(module, name: str) -> None:

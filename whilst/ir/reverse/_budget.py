@@ -9,7 +9,7 @@ that fit. Linearizing it emits one forward While over the chunks::
     while m == S and n < bound and cond(n, carry):
         save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
-        # at most S steps, writing each step's rows (`_stored.py`'s) into stacks
+        # at most S steps, each step's rows (`_stored.py`'s) into the stacks
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
                                         stacks, bound=min(S, bound - n))
         n += m; c += 1
@@ -19,7 +19,7 @@ gradient. The last chunk's rows are still in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
 checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
-from its checkpoint, writing their rows, and a stored gradient of those rows that
+from its checkpoint, storing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
 `stablehlo.case` (which IREE runs from the host)::
 
@@ -27,7 +27,7 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
     fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
     while fine > 0:
         turn = cur == fine - 1
-        x_next, stacks = stored_while(x, stacks, steps=S)   # chunk cur, recomputed
+        x_next, stacks = stored_while(x, steps=S)   # chunk cur, recomputed, new stacks
         ct, dc = stored_gradient(stacks, ct, steps=S if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
@@ -36,11 +36,12 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
 The schedule's start (a sort and a restore) runs under `lax.cond(c > 1)`: a loop
 that ended in its first chunk skips it. An advance writes rows it does not need
 (so the body holds two loops, not three); with c <= K chunks the forward stored
-every chunk's start and no chunk is advanced. The stacks are one buffer, carried
-by both Whiles and by the loops of a chunk, which write them in place:
-IREE 3.13 copies the stacks of a loop nested in a loop body that pushes rows
-itself (`_stacks.py`) at every step (1 MiB of stacks cost n = 10 steps of
-bench/grad_tanh.py 3.5x the time).
+every chunk's start and no chunk is advanced. A chunk's loops push their rows
+themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
+it does the stored path's loops, writing the rows of k steps at once, with no
+host branch per step. The forward While carries the stacks of its last chunk;
+under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
+their chunk loops write them in place instead, so that XLA keeps one copy.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -52,6 +53,7 @@ own: `_checkpointed.py` linearizes with K checkpoints and no stored rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +77,7 @@ from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
 from whilst.ir._vma import varying, vary
+from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
@@ -119,7 +122,8 @@ class _Chunks:
     primal: object
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
-    grad_unroll: int      # lays out the stacks (see `_stored.py`)
+    grad_unroll: int      # the chunk gradient's and the chunk loops' unroll factors,
+    fwd_unroll: int       # which lay out the stacks (see `_stored.py`)
     unroll: int | None    # the loop's `unroll`, given to the chunk's gradient While
 
     @classmethod
@@ -130,7 +134,8 @@ class _Chunks:
                           f"{name}_chunk_primal")
         return cls(S, name, gradient, body_jaxpr, cond, primal,
                    steps.lin_body, len(steps.invariants),
-                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S), unroll)
+                   min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
+                   min(unroll_factor(cond, primal, unroll), S), unroll)
 
     @property
     def carry_avals(self):
@@ -142,7 +147,7 @@ class _Chunks:
 
     @property
     def rows(self):
-        return pushed_rows(self.S, 1, self.pad)
+        return pushed_rows(self.S, self.fwd_unroll, self.pad)
 
     @property
     def stack_avals(self):
@@ -151,36 +156,57 @@ class _Chunks:
 
     def stored(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None):
         """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
-        holds; every one when `cond_jaxpr` is None), writing their rows into
-        `stacks`, carried (see the module docstring), one row per step."""
+        holds; every one when `cond_jaxpr` is None), their rows in `stacks`, one per
+        step (see the module docstring): pushed by the loop into new stacks, or,
+        lowered for XLA:CPU, written into `stacks` in place (`xla_cpu_choice`)."""
+        ncarry, nh, ncc, nstk = len(xs), len(hoisted), len(cond_consts), len(stacks)
+
+        def form(pushing):
+            def stored(*args):
+                cc, hc, (start, limit), xs, stacks = split_list(args, [ncc, nh, 2, ncarry])
+                m, *outs = self._loop(cc, hc, start, limit, xs, [] if pushing else stacks,
+                                      cond_jaxpr)
+                return [m, *outs]
+            return stored
+
+        m, *outs = xla_cpu_choice(form(False), form(True), *cond_consts, *hoisted, start,
+                                  limit, *xs, *stacks)
+        return m, outs[:ncarry], outs[ncarry:ncarry + nstk]
+
+    def _loop(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr):
+        """`stored`'s loop: pushing its rows where `stacks` is empty, else writing them
+        into `stacks`, carried."""
         ncarry, nh, ncc = len(xs), len(hoisted), len(cond_consts)
+        pushes = {} if stacks else dict(accumulators=len(self.stack_avals),
+                                        stack_rows=self.rows, row_offset=self.pad)
 
         def body(*args):
             hc, (start, i), xs, stacks = split_list(args, [nh, 2, ncarry])
             xs, rows = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
-            return [*xs, *write_rows(stacks, rows, i + self.pad)]
+            return [*xs, *(write_rows(stacks, rows, i + self.pad) if stacks else rows)]
 
         def cond(*args):
             cc, (start, i), xs, _ = split_list(args, [ncc, 2, ncarry])
             return call(cond_jaxpr or self.cond, *cc, start, i, *xs)
 
-        carry_avals = [*self.carry_avals, *self.stack_avals]
+        carry_avals = [*self.carry_avals, *[jax.typeof(s) for s in stacks]]
         h_avals = [jax.typeof(x) for x in hoisted]
         cc_avals = [jax.typeof(x) for x in cond_consts]
-        m, *outs = functional_while(
+        return functional_while(
             [*cond_consts, start], [*hoisted, start], limit, [*xs, *stacks],
             cond_jaxpr=trace_closed(
                 cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                 f"{self.name}_chunk_cond"),
             body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                                     f"{self.name}_chunk_body"),
-            static_bound=self.S, name=self.name, gradient=self.policy)
-        return m, outs[:ncarry], outs[ncarry:]
+            static_bound=self.S, name=self.name, gradient=self.policy, **pushes)
 
-    def recomputed(self, hoisted, start, steps, xs, stacks):
-        """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows."""
+    def recomputed(self, hoisted, start, steps, xs, stacks=()):
+        """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows,
+        written into `stacks` in place, or pushed into new stacks where none."""
         counted = always_true([COUNTER_AVAL, COUNTER_AVAL, *self.carry_avals])
-        return self.stored([], hoisted, start, steps, xs, stacks, cond_jaxpr=counted)[1:]
+        _, *outs = self._loop([], hoisted, start, steps, xs, list(stacks), counted)
+        return outs[:len(xs)], outs[len(xs):]
 
     def gradient(self, steps, invariants, stacks, dconsts, ct):
         """`(ct, ct_dconsts)` through the `steps` steps whose rows are in `stacks`
@@ -336,9 +362,9 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         it = iter(known)
         return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
 
-    def body(*args):
+    def body(carried, *args):
         hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
-            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk, nct])
+            args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk if carried else 0, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
         start = cur * S
@@ -356,7 +382,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             state + np.array([1, 0, 0, 0, 0], np.int32)))
         slots = [write_slot(s, store_slot, x, store_next) for s, x in zip(slots, x_next)]
         xs = [jnp.where(turn, r, x) for r, x in zip(x_turned, x_next)]
-        return [new_state, new_steps, order, *slots, *xs, *stacks, *ct, *acc]
+        return [new_state, new_steps, order, *slots, *xs, *(stacks if carried else []), *ct,
+                *acc]
 
     def cond(n, i, state, *_):
         return [state[1] > 0]
@@ -372,25 +399,35 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
 
     # The gradient While over chunks `last - 1, .., 0`. Its start (a sort and a
     # restore) runs only where the loop ran past its first chunk; otherwise a state
-    # whose While takes no trip (`fine`, state[1], is 0). The forward's stacks, read
-    # above, are then rewritten in place by each recomputed chunk.
-    avals = jax.eval_shape(started, last, pos, *slots)
-    state0, steps, order, *x0 = lax.cond(
-        last > 0, started,
-        lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
-        last, pos, *slots)
-    carry0 = [state0, steps, order, *slots, *x0, *stacks, *ct, *acc]
-    consts = [*hoisted, *inv, *known, n]
-    const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
-    _, *outs = functional_while(
-        [n], consts, np.int32(UNBOUNDED), carry0,
-        cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_cond"),
-        body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
-                                "budget_gradient_body"),
-        static_bound=None, name=chunks.name, role="gradient",
-        gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
-    ct_out, acc_out = split_list(outs[3 + 2 * ncarry + nstk:], [nct])
+    # whose While takes no trip (`fine`, state[1], is 0). Under jax.jit the forward's
+    # stacks, read above, are then rewritten in place by each recomputed chunk.
+    def gradient_while(carried, last, pos, *args):
+        """The gradient While, `carried`: with the stacks in its carry, rewritten in
+        place by each recomputed chunk (XLA:CPU), else pushed anew (exported)."""
+        slots, consts, stacks, ct, acc = split_list(
+            list(args), [ncarry, nh + ninv + nk + 1, nstk, nct])
+        avals = jax.eval_shape(started, last, pos, *slots)
+        state0, steps, order, *x0 = lax.cond(
+            last > 0, started,
+            lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
+            last, pos, *slots)
+        carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
+        const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
+        _, *outs = functional_while(
+            [consts[-1]], consts, np.int32(UNBOUNDED), carry0,
+            cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_cond"),
+            body_jaxpr=trace_closed(functools.partial(body, carried),
+                                    [*const_avals, COUNTER_AVAL, *carry_avals],
+                                    "budget_gradient_body"),
+            static_bound=None, name=chunks.name, role="gradient",
+            gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
+        return outs[3 + 2 * ncarry + (nstk if carried else 0):]
+
+    outs = xla_cpu_choice(functools.partial(gradient_while, True),
+                          functools.partial(gradient_while, False), last, pos, *slots,
+                          *hoisted, *inv, *known, n, *stacks, *ct, *acc)
+    ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
