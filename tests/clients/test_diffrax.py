@@ -163,3 +163,36 @@ def test_whilst_adjoint_gradient_compiles_and_matches(saveat):
     for r in (rate, np.float32(0.2)):
         np.testing.assert_allclose(module(y0, r), loss_grad(decay_solve, **kwargs)(y0, r),
                                    rtol=1e-5)
+
+
+# --- Runge-Kutta gradients on IREE (Tsit5: the stage loop nested in the step loop) -----
+
+T1 = diffrax.SaveAt(t1=True)
+
+
+@pytest.fixture(scope="module")
+def tsit5_gradients():
+    """d/d rates of sum(y(10)) through `WhilstAdjoint()` (default policy) as one
+    module: adaptive steps (PID controller) and fixed steps of 0.1."""
+    return whilst.compile([
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), saveat=T1), Y0, RATES,
+                      name="adaptive"),
+        whilst.export(loss_grad(lv_fixed_steps, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="fixed")]).load()
+
+
+def lv_fixed_steps(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """Lotka-Volterra, Tsit5, 100 steps of 0.1, y(10)."""
+    return diffrax.diffeqsolve(diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0,
+                               0.1, y0, args=rates, saveat=T1, max_steps=256,
+                               adjoint=adjoint).ys
+
+
+@pytest.mark.iree
+def test_tsit5_gradient_at_t1_matches_diffrax_on_jax(tsit5_gradients):
+    for y0 in (Y0, Y0 * 0.5):
+        np.testing.assert_allclose(tsit5_gradients.adaptive(y0, RATES),
+                                   jax.jit(loss_grad(lv_solve, saveat=T1))(y0, RATES),
+                                   rtol=2e-4)
+        np.testing.assert_allclose(tsit5_gradients.fixed(y0, RATES),
+                                   jax.jit(loss_grad(lv_fixed_steps))(y0, RATES), rtol=2e-4)
