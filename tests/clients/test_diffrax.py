@@ -170,17 +170,6 @@ def test_whilst_adjoint_gradient_compiles_and_matches(saveat):
 T1 = diffrax.SaveAt(t1=True)
 
 
-@pytest.fixture(scope="module")
-def tsit5_gradients():
-    """d/d rates of sum(y(10)) through `WhilstAdjoint()` (default policy) as one
-    module: adaptive steps (PID controller) and fixed steps of 0.1."""
-    return whilst.compile([
-        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), saveat=T1), Y0, RATES,
-                      name="adaptive"),
-        whilst.export(loss_grad(lv_fixed_steps, adjoint=WhilstAdjoint()), Y0, RATES,
-                      name="fixed")]).load()
-
-
 def lv_fixed_steps(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
     """Lotka-Volterra, Tsit5, 100 steps of 0.1, y(10)."""
     return diffrax.diffeqsolve(diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0,
@@ -188,11 +177,52 @@ def lv_fixed_steps(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
                                adjoint=adjoint).ys
 
 
+@pytest.fixture(scope="module")
+def tsit5_gradients():
+    """d/d rates of sum(ys) through `WhilstAdjoint()` (default policy), adaptive steps
+    (PID controller), SaveAt t1 and ts, as one module."""
+    return whilst.compile([
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), saveat=T1), Y0, RATES,
+                      name="t1"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="ts")]).load()
+
+
 @pytest.mark.iree
-def test_tsit5_gradient_at_t1_matches_diffrax_on_jax(tsit5_gradients):
+@pytest.mark.parametrize("saveat", ["t1", "ts"])
+def test_tsit5_gradient_matches_diffrax_on_jax(tsit5_gradients, saveat):
+    want = loss_grad(lv_solve, saveat=T1 if saveat == "t1" else diffrax.SaveAt(ts=TS))
     for y0 in (Y0, Y0 * 0.5):
-        np.testing.assert_allclose(tsit5_gradients.adaptive(y0, RATES),
-                                   jax.jit(loss_grad(lv_solve, saveat=T1))(y0, RATES),
-                                   rtol=2e-4)
-        np.testing.assert_allclose(tsit5_gradients.fixed(y0, RATES),
-                                   jax.jit(loss_grad(lv_fixed_steps))(y0, RATES), rtol=2e-4)
+        np.testing.assert_allclose(getattr(tsit5_gradients, saveat)(y0, RATES),
+                                   jax.jit(want)(y0, RATES), rtol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def more_tsit5_gradients():
+    """Tsit5 gradients under the other policies and forms, as one module: fixed steps,
+    `checkpoints=8`, every step stored (a `gradient_memory` holding them all), and
+    the neural ODE's gradient with respect to its weights; and diffrax's own
+    checkpointed loops (`RecursiveCheckpointAdjoint`) passed to whilst unchanged."""
+    node = lambda w: jnp.sum(neural_ode(Y0 / 10, w, WhilstAdjoint()) ** 2)
+    return whilst.compile([
+        whilst.export(loss_grad(lv_fixed_steps, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="fixed"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(checkpoints=8)), Y0, RATES,
+                      name="checkpoints"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(gradient_memory=1 << 26)),
+                      Y0, RATES, name="stored"),
+        whilst.export(jax.grad(node), WEIGHTS, name="node"),
+        whilst.export(loss_grad(lv_solve), Y0, RATES, name="own_loops")]).load()
+
+
+@pytest.mark.iree
+def test_tsit5_gradients_of_every_policy_match_diffrax_on_jax(more_tsit5_gradients):
+    np.testing.assert_allclose(more_tsit5_gradients.fixed(Y0, RATES),
+                               jax.jit(loss_grad(lv_fixed_steps))(Y0, RATES), rtol=2e-4)
+    want = jax.jit(loss_grad(lv_solve))(Y0, RATES)
+    np.testing.assert_allclose(more_tsit5_gradients.checkpoints(Y0, RATES), want, rtol=2e-4)
+    np.testing.assert_allclose(more_tsit5_gradients.stored(Y0, RATES), want, rtol=2e-4)
+    np.testing.assert_allclose(more_tsit5_gradients.own_loops(Y0, RATES), want, rtol=2e-4)
+    node = lambda w: jnp.sum(neural_ode(Y0 / 10, w) ** 2)
+    for got, want in zip(more_tsit5_gradients.node(WEIGHTS), jax.jit(jax.grad(node))(WEIGHTS)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
