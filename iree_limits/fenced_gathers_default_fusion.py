@@ -11,8 +11,8 @@ and compiles that without the gathers' barriers (`unfenced`). This script compil
 the module both ways and prints
 
     gathers unfenced  [ 1.0966234e+03 -5.7665532e+03  3.6766310e+00 -2.8706135e+01]
-    gathers fenced    failed: ... ref is null ...
-    want (JAX)        [ 1.0966235e+03 -5.7665547e+03  3.6767006e+00 -2.8707947e+01]
+    gathers fenced    failed: main: the IREE runtime failed ... ref is null ...
+    want (JAX)        [ 1.0966237e+03 -5.7665547e+03  3.6767001e+00 -2.8707970e+01]
 
     EQX_ON_ERROR=nan python iree_limits/fenced_gathers_default_fusion.py   (needs diffrax)
 """
