@@ -36,14 +36,26 @@ Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
 
 
-def lv_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+def lv_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint(), solver=diffrax.Tsit5(),
+             saveat=diffrax.SaveAt(ts=jnp.linspace(0, 10, 21))):
     """Lotka-Volterra, Tsit5, PID controller, SaveAt 21 times (about 34 steps)."""
     field = lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
                                        -p[2] * y[1] + p[3] * y[0] * y[1]])
     return diffrax.diffeqsolve(
-        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
+        diffrax.ODETerm(field), solver, 0.0, 10.0, 0.1, y0, args=rates,
         stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
-        saveat=diffrax.SaveAt(ts=jnp.linspace(0, 10, 21)), max_steps=256, adjoint=adjoint).ys
+        saveat=saveat, max_steps=256, adjoint=adjoint).ys
+
+
+def lv_grad(y0, rates):
+    """d/d rates of sum(lv_solve) through WhilstAdjoint (default policy)."""
+    return jax.grad(lambda p: jnp.sum(lv_solve(y0, p, WhilstAdjoint())))(rates)
+
+
+def lv_batch(y0s, rates):
+    """y(10) of each initial condition, vmapped, through WhilstAdjoint."""
+    return jax.vmap(lambda y: lv_solve(y, rates, WhilstAdjoint(),
+                                       saveat=diffrax.SaveAt(t1=True)))(y0s)
 
 
 def decay_grad(y0, rate):
@@ -60,6 +72,11 @@ CASES = {   # name -> (fn, args)
     "lv_solve_whilst_adjoint": (lambda y, p: lv_solve(y, p, WhilstAdjoint()), (Y0, RATES)),
     "decay_grad_whilst_adjoint": (decay_grad, (np.array([1.0, 2.0], np.float32),
                                                np.float32(0.7))),
+    "lv_grad_whilst_adjoint": (lv_grad, (Y0, RATES)),
+    "lv_dopri5_whilst_adjoint": (lambda y, p: lv_solve(y, p, WhilstAdjoint(),
+                                                       solver=diffrax.Dopri5()), (Y0, RATES)),
+    "lv_batch1024_whilst_adjoint": (lv_batch, (
+        Y0 * np.linspace(0.5, 1.5, 1024, dtype=np.float32)[:, None], RATES)),
     "newton": (newton, (Y3, np.float32(0.9))),
     "fixed_point": (fixed_point, (Y3, np.float32(0.9))),
     "fixed_point_grad": (jax.grad(lambda y, a: jnp.sum(fixed_point(y, a)), argnums=1),

@@ -10,6 +10,9 @@
 // and `%k#0` returned in place of `%y`; whilst reads it by a select on a `True` the body
 // computes (whilst/lowering/_iree_unread_carries.py). A carry whose new value is a
 // constant (`stablehlo.return %y1, %c0`) fails the same way.
+// So does a carry read only by a select on a constant predicate that picks the other
+// operand (`stablehlo.select %true, %false, %flag`): IREE folds the select first
+// (`folded_carries_loop` in tests/iree/test_unread_carries.py crashed iree-compile so).
 // iree-compile unread_loop_carry.mlir --iree-input-type=stablehlo \
 //   --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu
 func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {

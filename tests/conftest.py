@@ -36,6 +36,8 @@ LONG_TESTS = {
     # tests/clients (2026-11-27, 2 loaded cores): diffrax solves traced and jitted twice
     "test_whilst_adjoint_matches_diffrax_on_jax",
     "test_whilst_adjoint_with_checkpoints_matches_on_jax",
+    # tests/clients on IREE (2026-11-27): six Runge-Kutta gradients in one module, minutes
+    "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
     "test_sharded_loops_match_the_single_device_program",
     "test_gradient_loops_hold_no_collective",
 }

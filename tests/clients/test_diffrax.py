@@ -63,19 +63,21 @@ def test_whilst_adjoint_with_checkpoints_matches_on_jax():
     np.testing.assert_allclose(got, want, rtol=2e-4)
 
 
+def event_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """Lotka-Volterra (Tsit5, PID controller) stopped by an event: the step where y[0]
+    falls below 9. Returns that time and y there."""
+    event = diffrax.Event(lambda t, y, args, **kw: y[0] - 9.0, root_finder=None)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
+        stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5), event=event,
+        max_steps=256, adjoint=adjoint)
+    return sol.ts[-1], sol.ys[-1]
+
+
 def test_event_stops_the_solve_on_jax():
     """The solve stops where y[0] falls below 9 (a root-found event time)."""
-    def stopped(y0, rates, adjoint):
-        event = diffrax.Event(lambda t, y, args, **kw: y[0] - 9.0,
-                              root_finder=None)
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
-            stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5), event=event,
-            max_steps=256, adjoint=adjoint)
-        return sol.ts[-1], sol.ys[-1]
-    t_want, y_want = jax.jit(lambda y, p: stopped(y, p, diffrax.RecursiveCheckpointAdjoint()))(
-        Y0, RATES)
-    t_got, y_got = jax.jit(lambda y, p: stopped(y, p, WhilstAdjoint()))(Y0, RATES)
+    t_want, y_want = jax.jit(event_solve)(Y0, RATES)
+    t_got, y_got = jax.jit(lambda y, p: event_solve(y, p, WhilstAdjoint()))(Y0, RATES)
     assert 0.0 < float(t_want) < 10.0 and float(y_want[0]) <= 9.0
     np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=1e-6)
 
@@ -163,3 +165,104 @@ def test_whilst_adjoint_gradient_compiles_and_matches(saveat):
     for r in (rate, np.float32(0.2)):
         np.testing.assert_allclose(module(y0, r), loss_grad(decay_solve, **kwargs)(y0, r),
                                    rtol=1e-5)
+
+
+# --- Runge-Kutta gradients on IREE (Tsit5: the stage loop nested in the step loop) -----
+
+T1 = diffrax.SaveAt(t1=True)
+
+
+def lv_fixed_steps(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """Lotka-Volterra, Tsit5, 100 steps of 0.1, y(10)."""
+    return diffrax.diffeqsolve(diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0,
+                               0.1, y0, args=rates, saveat=T1, max_steps=256,
+                               adjoint=adjoint).ys
+
+
+@pytest.fixture(scope="module")
+def tsit5_gradients():
+    """d/d rates of sum(ys) through `WhilstAdjoint()` (default policy), adaptive steps
+    (PID controller), SaveAt t1 and ts, as one module."""
+    return whilst.compile([
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), saveat=T1), Y0, RATES,
+                      name="t1"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="ts")]).load()
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("saveat", ["t1", "ts"])
+def test_tsit5_gradient_matches_diffrax_on_jax(tsit5_gradients, saveat):
+    want = loss_grad(lv_solve, saveat=T1 if saveat == "t1" else diffrax.SaveAt(ts=TS))
+    for y0 in (Y0, Y0 * 0.5):
+        np.testing.assert_allclose(getattr(tsit5_gradients, saveat)(y0, RATES),
+                                   jax.jit(want)(y0, RATES), rtol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def more_rk_gradients():
+    """Tsit5 gradients under the other policies and forms, as one module: fixed steps,
+    `checkpoints=8`, every step stored (a `gradient_memory` holding them all), and
+    the neural ODE's gradient with respect to its weights; diffrax's own
+    checkpointed loops (`RecursiveCheckpointAdjoint`) passed to whilst unchanged;
+    and Dopri5's gradient at t1."""
+    node = lambda w: jnp.sum(neural_ode(Y0 / 10, w, WhilstAdjoint()) ** 2)
+    return whilst.compile([
+        whilst.export(loss_grad(lv_fixed_steps, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="fixed"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(checkpoints=8)), Y0, RATES,
+                      name="checkpoints"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(gradient_memory=1 << 26)),
+                      Y0, RATES, name="stored"),
+        whilst.export(jax.grad(node), WEIGHTS, name="node"),
+        whilst.export(loss_grad(lv_solve), Y0, RATES, name="own_loops"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), solver=diffrax.Dopri5(),
+                                saveat=T1), Y0, RATES, name="dopri5")]).load()
+
+
+@pytest.mark.iree
+def test_rk_gradients_of_every_policy_match_diffrax_on_jax(more_rk_gradients):
+    np.testing.assert_allclose(more_rk_gradients.fixed(Y0, RATES),
+                               jax.jit(loss_grad(lv_fixed_steps))(Y0, RATES), rtol=2e-4)
+    want = jax.jit(loss_grad(lv_solve))(Y0, RATES)
+    np.testing.assert_allclose(more_rk_gradients.checkpoints(Y0, RATES), want, rtol=2e-4)
+    np.testing.assert_allclose(more_rk_gradients.stored(Y0, RATES), want, rtol=2e-4)
+    np.testing.assert_allclose(more_rk_gradients.own_loops(Y0, RATES), want, rtol=2e-4)
+    node = lambda w: jnp.sum(neural_ode(Y0 / 10, w) ** 2)
+    for got, want in zip(more_rk_gradients.node(WEIGHTS), jax.jit(jax.grad(node))(WEIGHTS)):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+    dopri5 = loss_grad(lv_solve, solver=diffrax.Dopri5(), saveat=T1)
+    np.testing.assert_allclose(more_rk_gradients.dopri5(Y0, RATES), jax.jit(dopri5)(Y0, RATES),
+                               rtol=2e-4)
+
+
+# --- Dopri5, and a batch of 1024 initial conditions, on IREE (forward) ------------------
+
+BATCH_1024 = Y0 * np.linspace(0.5, 1.5, 1024, dtype=np.float32)[:, None]
+
+
+def whilst_batch_solve(y0s, rates):
+    """`batch_solve` through WhilstAdjoint: each example's step loop stops on its own."""
+    return jax.vmap(lambda y: lv_solve(y, rates, WhilstAdjoint(), saveat=T1))(y0s)
+
+
+@pytest.fixture(scope="module")
+def dopri5_and_batch():
+    return whilst.compile([
+        whilst.export(lambda y, p: lv_solve(y, p, WhilstAdjoint(), solver=diffrax.Dopri5()),
+                      Y0, RATES, name="dopri5"),
+        whilst.export(whilst_batch_solve, BATCH_1024, RATES, name="batch")]).load()
+
+
+@pytest.mark.iree
+def test_dopri5_solve_matches_diffrax_on_jax(dopri5_and_batch):
+    want = jax.jit(lambda y, p: lv_solve(y, p, solver=diffrax.Dopri5()))
+    for y0 in (Y0, Y0 * 0.5):
+        np.testing.assert_allclose(dopri5_and_batch.dopri5(y0, RATES), want(y0, RATES),
+                                   rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_vmapped_batch_of_1024_matches_diffrax_on_jax(dopri5_and_batch):
+    np.testing.assert_allclose(dopri5_and_batch.batch(BATCH_1024, RATES),
+                               jax.jit(batch_solve)(BATCH_1024, RATES), rtol=2e-5, atol=2e-5)

@@ -451,3 +451,20 @@ def test_one_element_gathers_clamp_or_fill_as_in_jax():
         got = module.main(A, np.int32(i), np.int32(j))
         for g, w in zip(got, jax.jit(read)(A, i, j)):
             np.testing.assert_array_equal(g, w)
+
+
+def test_modules_without_aggressive_fusion_lose_the_gathers_fences():
+    """`unfenced` (what `compile_module` compiles without aggressive fusion) removes
+    the barriers preparation put after one-element gathers, and only those."""
+    from whilst.lowering._iree_fusion import unfenced
+
+    def read(A, i, j):
+        return (A.at[i, j].get(mode="fill", fill_value=-1.0) * 2.0,
+                jax.lax.optimization_barrier(A[0] + 1.0))
+
+    A = np.arange(12, dtype=np.float32).reshape(3, 4)
+    prepared = prepare([whilst.export(read, A, np.int32(0), np.int32(0))])
+    names = op_names(unfenced(prepared))
+    assert op_names(prepared).count("stablehlo.optimization_barrier") == 2
+    assert names.count("stablehlo.optimization_barrier") == 1
+    assert names.count("stablehlo.gather") == op_names(prepared).count("stablehlo.gather") >= 1

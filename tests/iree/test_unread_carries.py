@@ -54,3 +54,25 @@ def test_library_loop_with_unread_carries_matches_python(x):
     module = whilst.compile(library_loop, x).load()
     for got, want in zip(module(x), python_loop(x)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def folded_carries_loop(x):
+    """Carries whose new values IREE folds to constants: a boolean set to True (`True
+    or e` folds) and a flag picked by a select on a constant predicate (diffrax's
+    fixed-step Tsit5 gradient carries both)."""
+    def body(c):
+        i, y, done, first = c
+        first = lax.select(jnp.array(True), jnp.array(False), first)
+        return i + 1, lax.select(first, y, y * 1.5 + 0.1), jnp.array(True), first
+    return lax.while_loop(lambda c: c[0] < 5, body, (0, x, jnp.array(False), jnp.array(True)))
+
+
+
+def test_carries_folded_to_constants_compile_and_match_python():
+    x = np.array([1.0, 2.0], np.float32)
+    y = x
+    for _ in range(5):
+        y = y * np.float32(1.5) + np.float32(0.1)
+    got = whilst.compile(folded_carries_loop, x).load()(x)
+    np.testing.assert_allclose(got[1], y, rtol=1e-6)
+    assert [int(got[0]), bool(got[2]), bool(got[3])] == [5, True, False]

@@ -44,7 +44,7 @@ from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
 from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, reshapes_as_tensor_reshape,
     results_with_own_dims)
-from whilst.lowering._iree_fusion import fusible_small_tensor_code
+from whilst.lowering._iree_fusion import fusible_small_tensor_code, unfenced
 from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops)
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
@@ -273,6 +273,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
+    Flag sets without aggressive fusion compile `text` without the fences of its
+    one-element gathers (`_iree_fusion.unfenced`).
     `on_fallback(reason)` is called before each flag set after the first, with why
     the one before failed, in one line ("iree-compile failed: ...").
 
@@ -286,8 +288,10 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
         if k and on_fallback is not None:
             on_fallback(reason)
         args = [*flags, *extra_flags]
+        source = text if f"{AGGRESSIVE_FUSION}=true" in flags else unfenced(text)
         try:
-            sources = tools.compile_str(text, extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
+            sources = tools.compile_str(source,
+                                        extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
             error = cannot_run(sources, targets)
             if error is None:
                 return tools.compile_str(

@@ -34,6 +34,11 @@ barrier, which keeps the gather out of its users' dispatches::
 
     gather(x, [i, j])  ==  optimization_barrier(gather(x, [i, j]))
 
+Only aggressive fusion needs the fences, and with the default fusion they made
+the gradients of diffrax's Tsit5 solves with SaveAt ts fail on every call ("ref
+is null ... hal.buffer.subspan"; `iree_limits/fenced_gathers_default_fusion.py`):
+`unfenced` removes them from the modules compiled without aggressive fusion.
+
 (Read with `stablehlo.dynamic_slice` instead, as before, the element cost a
 readback of its position per loop step: IREE 3.13 computes a slice's offset on
 the host. The CG sample's loops read back 2 and 1 scalars per step so, against
@@ -92,10 +97,31 @@ def fenced_point_gathers(module) -> None:
         value = op.results[0]
         users = [(use.owner, use.operand_number) for use in value.uses]
         with ir.InsertionPoint.after(op), op.location:
-            fenced = ir.Operation.create("stablehlo.optimization_barrier",
-                                         results=[value.type], operands=[value]).result
+            fence = ir.Operation.create("stablehlo.optimization_barrier",
+                                        results=[value.type], operands=[value])
+        fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
         for user, position in users:
-            user.operands[position] = fenced
+            user.operands[position] = fence.result
+
+
+FENCE_ATTR = "whilst.fence"
+
+
+def unfenced(text: str) -> str:
+    """Module `text` without the barriers `fenced_point_gathers` placed: each
+    fenced value is used directly."""
+    from iree.compiler import ir
+
+    with ir.Context() as context, ir.Location.unknown():
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        fences = ops_where(module, lambda op: FENCE_ATTR in op.attributes)
+        if not fences:
+            return text
+        for fence in fences:
+            fence.results[0].replace_all_uses_with(fence.operands[0])
+            fence.erase()
+        return module.operation.get_asm(enable_debug_info=False)
 
 
 def _point_gather(op) -> bool:

@@ -5,8 +5,11 @@ IREE 3.13 gives two carries of one loop a single buffer when they start from the
 same value (after canonicalization and CSE, e.g. two `jnp.zeros` of one shape, or
 the equal initial carries of a `lax.scan`), so writing one overwrites the other.
 `distinct_loop_inits` starts every such duplicate carry from its own copy of the
-value: `init + barrier(0)` (`init | barrier(false)` for booleans), one elementwise
-dispatch before the loop that IREE cannot fold, so each carry owns its buffer.
+value: `init + barrier(0, k)[0]` (`init | barrier(false, k)[0]` for booleans), one
+elementwise dispatch before the loop that IREE cannot fold, so each carry owns its
+buffer. Each copy's barrier also holds its own `k` (the carry's index): IREE merges
+equal barriers, and two copies `init + barrier(0)` were one buffer again (the
+stage-loop checkpoints of diffrax's Tsit5, whose gradient came out as zeros).
 
 IREE 3.13 also packs a value computed before a loop into one allocation with
 the loop's initial carries, and a function that returns such a value fails on
@@ -48,7 +51,7 @@ def distinct_loop_inits(module) -> None:
             if ir.RankedTensorType(value.type).rank == 0:
                 continue
             if value in seen:
-                loop.operands[index] = _opaque_copy(value, loop)
+                loop.operands[index] = _opaque_copy(value, loop, index)
             seen.add(value)
 
 
@@ -142,9 +145,11 @@ def identity_element(element) -> tuple:
     return ir.FloatAttr.get(element, -0.0), "stablehlo.add"
 
 
-def _opaque_copy(value, before):
+def _opaque_copy(value, before, serial=0):
     """`value` combined elementwise with an identity element hidden behind an
-    optimization barrier, inserted before `before`: equal contents, a new buffer."""
+    optimization barrier, inserted before `before`: equal contents, a new buffer.
+    The barrier also holds `serial`, so copies of one value with distinct serials
+    stay distinct (IREE merges equal barriers)."""
     from iree.compiler import ir
 
     tensor = ir.RankedTensorType(value.type)
@@ -154,10 +159,15 @@ def _opaque_copy(value, before):
         const = ir.Operation.create(
             "stablehlo.constant", results=[scalar],
             attributes={"value": ir.DenseElementsAttr.get_splat(scalar, identity)})
-        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[scalar],
-                                     operands=[const.result])
+        i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+        tag = ir.Operation.create(
+            "stablehlo.constant", results=[i32],
+            attributes={"value": ir.DenseElementsAttr.get_splat(
+                i32, ir.IntegerAttr.get(i32.element_type, serial))})
+        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[scalar, i32],
+                                     operands=[const.result, tag.result])
         spread = ir.Operation.create(
-            "stablehlo.broadcast_in_dim", results=[tensor], operands=[opaque.result],
+            "stablehlo.broadcast_in_dim", results=[tensor], operands=[opaque.results[0]],
             attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])})
         copy = ir.Operation.create(combine, results=[tensor],
                                    operands=[value, spread.result])

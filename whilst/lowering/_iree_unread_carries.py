@@ -10,7 +10,9 @@ successor needs 2 inputs"; a segfault in ScfWhileOpConversion in larger modules;
 `iree_limits/unread_loop_carry.mlir`, `iree_limits/unread_loop_predicate.mlir`).
 It fails the same way on a carry whose new value does not depend on the carries
 (a constant: the gradient of a diffrax solve, whose tangents restart from zeros),
-and on two carries given one new value.
+and on two carries given one new value. IREE folds a select on a constant predicate
+to the operand it picks, so such a select reads only that operand (diffrax's
+fixed-step Tsit5 sets its first-step flag by `select(True, False, flag)`).
 
 So the body computes a `true` IREE cannot fold: the first element of a carry's new
 value compared, bit for bit, with itself through the two results of an optimization
@@ -46,7 +48,7 @@ def unread_carries_read(module) -> None:
                    if _computed_in(v, body, memo) and not isinstance(v, ir.BlockArgument)
                    and _real_or_integer(v)]
         unread = {i for i, old in enumerate(body.arguments)     # (static shapes only)
-                  if not list(old.uses) and ir.RankedTensorType(old.type).has_static_shape}
+                  if not _read(old) and ir.RankedTensorType(old.type).has_static_shape}
         combined = {i for i, v in enumerate(news) if _real_or_integer(v, empty=True)
                     and (not _computed_in(v, body, memo) or v in news[:i])}
         if not anchors or not unread and not combined:
@@ -153,7 +155,7 @@ def _spread(scalar, tensor):
 def _computed_in(value, body, memo) -> bool:
     """Whether `value` depends on an argument of `body` (is computed in the loop: IREE
     folds or hoists out of the loop what does not, constants broadcast in the body
-    included)."""
+    included, and a select on a constant predicate is the operand it picks)."""
     from iree.compiler import ir
 
     pending = [value]
@@ -166,12 +168,51 @@ def _computed_in(value, body, memo) -> bool:
             if op.block != body:
                 memo[v] = False
             else:
-                unknown = [o for o in op.operands if o not in memo
+                operands = _operands_read(op)
+                unknown = [o for o in operands if o not in memo
                            and not isinstance(o, ir.BlockArgument)]
                 if unknown:
                     pending.extend(unknown)
                     continue
                 memo[v] = any(o.owner == body if isinstance(o, ir.BlockArgument) else memo[o]
-                              for o in op.operands)
+                              for o in operands)
         pending.pop()
     return memo[value]
+
+
+def _read(value) -> bool:
+    """Whether an op reads `value` other than as the operand a select on a constant
+    predicate does not pick (IREE folds such a select to its other operand)."""
+    return any(value in _operands_read(use.owner) for use in value.uses)
+
+
+def _operands_read(op) -> list:
+    """The operands `op`'s result depends on: for `select(p, a, b)` with `p` a
+    constant, `[a]` or `[b]` (IREE folds it to that operand); else all of them."""
+    operands = list(op.operands)
+    if op.name == "stablehlo.select":
+        picked = _constant_predicate(operands[0])
+        if picked is not None:
+            return [operands[1] if picked else operands[2]]
+    return operands
+
+
+def _constant_predicate(value):
+    """True or False if `value` is a splat boolean constant (a `stablehlo.constant`,
+    possibly broadcast), else None."""
+    from iree.compiler import ir
+
+    while not isinstance(value, ir.BlockArgument):
+        op = value.owner.operation
+        if op.name == "stablehlo.broadcast_in_dim":
+            value = op.operands[0]
+        elif op.name == "stablehlo.constant":
+            attr = ir.DenseElementsAttr(op.attributes["value"])
+            element = ir.RankedTensorType(attr.type).element_type
+            if not attr.is_splat or not isinstance(element, ir.IntegerType) \
+                    or ir.IntegerType(element).width != 1:
+                return None
+            return bool(ir.DenseIntElementsAttr(attr)[0])
+        else:
+            return None
+    return None

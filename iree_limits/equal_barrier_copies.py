@@ -1,0 +1,59 @@
+"""IREE 3.13 (llvm-cpu): two loop carries that start from one value share a buffer
+(whilst/lowering/_iree_loops.py), and so do two copies of it made to tell them apart
+when the copies are equal expressions: `init + barrier(0)` twice is merged into one
+value again. In the gradient of diffrax's Tsit5 (the stage loop's checkpoint arrays
+of equinox's checkpointed while loop, nested in the step loop) one carry's writes
+then overwrite another's, and the gradient comes out as zeros; the exported
+StableHLO, whilst's IREE rewrites included, runs right on XLA. whilst's copies hold
+a distinct constant each in their barrier (`barrier(0, k)`, `_opaque_copy`), which
+keeps them apart. Smaller modules (two carries of one loop, nested or not, written
+by `dynamic_update_slice`) did not show it. This script builds the module both ways
+and prints
+
+    distinct copies   [ 116.29658  -450.3734     19.739883 -175.20479 ]
+    equal copies      [0. 0. 0. 0.]
+    want (JAX)        [ 116.29664  -450.37347    19.739916 -175.20506 ]
+
+    EQX_ON_ERROR=nan python iree_limits/equal_barrier_copies.py   (needs diffrax)
+"""
+import os
+
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+
+import diffrax  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import whilst  # noqa: E402
+import whilst.lowering._iree_loops as iree_loops  # noqa: E402
+from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+
+Y0 = np.array([10.0, 10.0], np.float32)
+RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+
+
+def loss(rates, adjoint):
+    field = lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
+                                       -p[2] * y[1] + p[3] * y[0] * y[1]])
+    return jnp.sum(diffrax.diffeqsolve(
+        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 10.0, 0.1, Y0, args=rates,
+        saveat=diffrax.SaveAt(t1=True), max_steps=256, adjoint=adjoint).ys)
+
+
+def gradient(equal_copies):
+    saved = iree_loops._opaque_copy
+    if equal_copies:
+        iree_loops._opaque_copy = lambda value, before, serial=0: saved(value, before)
+    try:
+        grad = jax.grad(lambda p: loss(p, WhilstAdjoint()))
+        return whilst.compile(grad, RATES, cache=False).load()(RATES)
+    finally:
+        iree_loops._opaque_copy = saved
+
+
+if __name__ == "__main__":
+    print("distinct copies  ", gradient(False))
+    print("equal copies     ", gradient(True))
+    print("want (JAX)       ", jax.grad(lambda p: loss(p, diffrax.RecursiveCheckpointAdjoint()))(
+        RATES))

@@ -1,0 +1,64 @@
+"""IREE 3.13 (llvm-cpu, default fusion): the gradient of diffrax's Tsit5 solve with
+SaveAt ts (the SaveAt loop and the stage loop nested in the step loop, through
+`WhilstAdjoint`) fails on every call ("ref is null; while invoking native function
+hal.buffer.subspan") when its one-element gathers pass through optimization
+barriers (`fenced_point_gathers`, whilst/lowering/_iree_fusion.py, which aggressive
+fusion needs). Without those barriers it runs and matches JAX; so it does with them
+when either the loop results' barriers (`loop_results_fenced`) or the small stacks'
+selects (`small_stacks_as_selects`) are left out. Aggressive fusion crashes
+iree-compile on this module, so `compile_module` falls back to the default fusion,
+and compiles that without the gathers' barriers (`unfenced`). This script compiles
+the module both ways and prints
+
+    gathers unfenced  [ 1.0966234e+03 -5.7665532e+03  3.6766310e+00 -2.8706135e+01]
+    gathers fenced    failed: main: the IREE runtime failed ... ref is null ...
+    want (JAX)        [ 1.0966237e+03 -5.7665547e+03  3.6767001e+00 -2.8707970e+01]
+
+    EQX_ON_ERROR=nan python iree_limits/fenced_gathers_default_fusion.py   (needs diffrax)
+"""
+import os
+
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+
+import diffrax  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import whilst  # noqa: E402
+import whilst.lowering._iree as iree_lowering  # noqa: E402
+from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+
+Y0 = np.array([10.0, 10.0], np.float32)
+RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+
+
+def loss(rates, adjoint):
+    field = lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
+                                       -p[2] * y[1] + p[3] * y[0] * y[1]])
+    return jnp.sum(diffrax.diffeqsolve(
+        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 10.0, 0.1, Y0, args=rates,
+        stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
+        saveat=diffrax.SaveAt(ts=np.linspace(0.0, 10.0, 21).astype(np.float32)),
+        max_steps=256, adjoint=adjoint).ys)
+
+
+def gradient(fenced):
+    saved = iree_lowering.unfenced
+    if fenced:
+        iree_lowering.unfenced = lambda text: text
+    try:
+        module = whilst.compile(jax.grad(lambda p: loss(p, WhilstAdjoint())), RATES,
+                                cache=False).load()
+        return module(RATES)
+    except RuntimeError as e:
+        return f"failed: {str(e)[:160]}"
+    finally:
+        iree_lowering.unfenced = saved
+
+
+if __name__ == "__main__":
+    print("gathers unfenced ", gradient(False))
+    print("gathers fenced   ", gradient(True))
+    print("want (JAX)       ", jax.grad(lambda p: loss(p, diffrax.RecursiveCheckpointAdjoint()))(
+        RATES))
