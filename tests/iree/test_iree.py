@@ -11,8 +11,8 @@ import pytest
 
 import whilst
 from helpers import REPO, unrolled
-from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst._compile import FALLBACK_NOTE
+from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst.lowering import (
     compile_to_stream, loop_counts, prepare, stream_copy_sizes)
 
@@ -429,7 +429,7 @@ def test_gradient_reading_recorded_elements_after_dot_products():
     (_, _), (gradient_loads, _) = loop_counts(compile_to_stream(prepared))
     assert gradient_loads == 0
     compiled = whilst.compile(exported)
-    assert FALLBACK_NOTE not in compiled.stages[-1][0], compiled.stages  # aggressive fusion
+    assert FALLBACK_NOTE not in compiled.stages[-1][0], compiled.stages
     got = compiled.load().main(A, b)
     want = jax.grad(lambda A, b: loss(A, b, loop=unrolled), argnums=(0, 1))(A, b)
     for g, w in zip(got, want):
