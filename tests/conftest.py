@@ -1,5 +1,8 @@
 """Test-wide settings: the compile cache lives in a temporary directory (never the
-user's ~/.cache), shared by the tests of one session and their subprocesses.
+user's ~/.cache), shared by the tests of one session, its pytest-xdist workers and their
+subprocesses; `$WHILST_TEST_CACHE_DIR` names another (`.ci/run` gives its JAX versions
+one: the same prepared module is the same compile whichever JAX traced it, see
+whilst/_cache.py). Entries are written atomically, so workers share it safely.
 
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
 them do, else the test's own decorator), the samples and the corpus `slow`; here, the
@@ -54,5 +57,12 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True, scope="session")
 def compile_cache_dir(tmp_path_factory):
-    os.environ["WHILST_CACHE_DIR"] = str(tmp_path_factory.mktemp("whilst-cache"))
+    where = os.environ.get("WHILST_TEST_CACHE_DIR")
+    if not where:
+        session = tmp_path_factory.getbasetemp()   # an xdist worker's is <session>/gwN
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            session = session.parent
+        where = session / "whilst-cache"
+    os.makedirs(where, exist_ok=True)
+    os.environ["WHILST_CACHE_DIR"] = str(where)
     return os.environ["WHILST_CACHE_DIR"]

@@ -3,8 +3,8 @@
 Every `jax._src` import of the package is here, and every difference between
 the supported jax versions; the rest of whilst imports these names, or public
 `jax`, `jax.extend.*` and `jax.interpreters.*`. Each import is checked against
-jax 0.10.2, 0.11.2 and 0.12.0.1; where they differ, the names below keep
-0.10.2's calling conventions.
+the supported jax 0.10.2 and 0.12.0.1 (and 0.11.2, which pyproject.toml leaves out);
+where they differ, the names below keep 0.10.2's calling conventions.
 """
 import contextlib
 

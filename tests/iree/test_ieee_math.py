@@ -22,13 +22,13 @@ def assert_as_xla(got, want):
 def test_atan2_special_cases_as_xla():
     values = [-np.inf, -2.0, -1.0, -0.0, 0.0, 1e-30, 1.5, 3.0, np.inf, np.nan]
     y, x = (a.ravel().astype(np.float32) for a in np.meshgrid(values, values))
-    got = whilst.compile(jnp.arctan2, y, x, cache=False).load()(y, x)
+    got = whilst.compile(jnp.arctan2, y, x).load()(y, x)
     assert_as_xla(got, np.asarray(jnp.arctan2(jnp.asarray(y), jnp.asarray(x))))
 
 
 def test_pow_special_cases_as_xla():
     x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(BASES, EXPONENTS))
-    module = whilst.compile(lambda x, y: x ** y, x, y, cache=False).load()
+    module = whilst.compile(lambda x, y: x ** y, x, y).load()
     assert_as_xla(module(x, y), np.asarray(jnp.asarray(x) ** jnp.asarray(y)))
 
 
@@ -38,5 +38,5 @@ def test_pow_in_a_loop_with_a_carried_exponent():
         return whilst.while_loop(lambda i, s: i < 6,
                                  lambda i, s: (i + 1, (s[0] + 1.0, s[1] + base ** s[0])),
                                  [0, (jnp.float32(0.0), jnp.float32(0.0))])[1][1]
-    got = whilst.compile(fn, np.float32(0), cache=False).load()(np.float32(-1.5))
+    got = whilst.compile(fn, np.float32(0)).load()(np.float32(-1.5))
     np.testing.assert_allclose(got, sum((-1.5) ** k for k in range(6)), rtol=1e-6)

@@ -52,7 +52,7 @@ APPROXIMATE = {  # IREE's sin differs from XLA's in the last bits
 def module():
     exports = [whilst.export(fn, X, np.zeros(2, np.int32), name=name)
                for name, fn in {**PROGRAMS, **APPROXIMATE}.items()]
-    return whilst.compile(exports, cache=False).load()
+    return whilst.compile(exports).load()
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -105,7 +105,7 @@ def test_negative_zero_kept_by_dropped_add():
 
     def fn(x, i):
         return x.at[jnp.stack([i, i + 6])].add(jnp.float32(2.0))
-    got = whilst.compile(fn, x, np.int32(0), cache=False).load()(x, np.int32(0))
+    got = whilst.compile(fn, x, np.int32(0)).load()(x, np.int32(0))
     want = fn(jnp.asarray(x), 0)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     np.testing.assert_array_equal(got, want)
@@ -124,7 +124,7 @@ def test_loop_writing_and_reading_past_its_table(unroll):
                                  maximum_iterations=12, unroll=unroll)
 
     table = np.linspace(-1, 1, 6).astype(np.float32)
-    module = whilst.compile(fn, table, np.int32(0), cache=False).load()
+    module = whilst.compile(fn, table, np.int32(0)).load()
     for n in (0, 1, 3, 5, 12):
         t, total = jnp.asarray(table), jnp.float32(0.0)
         for i in range(n):  # the same steps in plain JAX (XLA), unrolled in Python

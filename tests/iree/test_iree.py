@@ -331,7 +331,7 @@ def test_results_computed_from_constants_alone():
         count, z = whilst.while_loop(lambda i, z: i < 3, lambda i, z: (i + 1, z + x), [0, x])
         return (y, jnp.linspace(0.0, 1.0, 5), jnp.arange(4) * 3, jnp.sum(jnp.arange(5.0) ** 2),
                 count, z)
-    y, table, steps, total, count, z = whilst.compile(fn, np.float32(1.5), cache=False).load()(
+    y, table, steps, total, count, z = whilst.compile(fn, np.float32(1.5)).load()(
         np.float32(1.5))
     assert y == 12.0
     np.testing.assert_array_equal(table, np.linspace(0.0, 1.0, 5).astype(np.float32))
@@ -374,7 +374,7 @@ def test_constant_expressions_are_computed_at_load_not_by_iree_constant_evaluati
     want = x
     for _ in range(3):
         want = want * (np.cumsum(np.arange(8, dtype=np.float32)) / 10.0) + 1.0
-    np.testing.assert_allclose(whilst.compile(fn, x, cache=False).load()(x), want, rtol=1e-6)
+    np.testing.assert_allclose(whilst.compile(fn, x).load()(x), want, rtol=1e-6)
 
 
 def sin_steps(x, n):
@@ -428,7 +428,7 @@ def test_gradient_reading_recorded_elements_after_dot_products():
     assert op_names(prepared).count("stablehlo.optimization_barrier") >= 1
     (_, _), (gradient_loads, _) = loop_counts(compile_to_stream(prepared))
     assert gradient_loads == 0
-    compiled = whilst.compile(exported, cache=False)
+    compiled = whilst.compile(exported)
     assert FALLBACK_NOTE not in compiled.stages[-1][0], compiled.stages
     got = compiled.load().main(A, b)
     want = jax.grad(lambda A, b: loss(A, b, loop=unrolled), argnums=(0, 1))(A, b)

@@ -56,7 +56,7 @@ def newton_oracle(values):
 
 @pytest.fixture(scope="module")
 def grow_module():
-    return whilst.compile(jax.vmap(grow), spec(), spec(), cache=False).load()
+    return whilst.compile(jax.vmap(grow), spec(), spec()).load()
 
 
 @pytest.mark.parametrize("b", SIZES)
@@ -72,7 +72,7 @@ def test_vmapped_loop_runs_at_each_batch_size(grow_module, b):
 
 
 def test_vmapped_pytree_loop_with_reduction_test_runs_at_each_batch_size():
-    module = whilst.compile(jax.vmap(newton_sqrt), spec(), cache=False).load()
+    module = whilst.compile(jax.vmap(newton_sqrt), spec()).load()
     for b in SIZES:
         values = np.geomspace(0.5, 900.0, b).astype(np.float32)
         counts, (root, _) = module(values)
@@ -102,7 +102,7 @@ def test_gradient_of_vmapped_loop_at_each_batch_size(bound):
             return whilst.while_loop(lambda i, x: x < limit, lambda i, x: (i + 1, x * 1.5 + 0.1),
                                      [0, x], maximum_iterations=bound)[1]
         return jnp.sum(jax.vmap(one)(xs, limits) ** 2)
-    module = whilst.compile(jax.grad(loss), spec(), spec(), cache=False).load()
+    module = whilst.compile(jax.grad(loss), spec(), spec()).load()
     for b in SIZES:
         xs = np.linspace(0.1, 2.0, b).astype(np.float32)
         limits = np.linspace(5.0, 1.0, b).astype(np.float32)
@@ -119,7 +119,7 @@ def newton_unrolled(a, steps):
 
 def test_gradient_of_vmapped_pytree_loop_at_each_batch_size():
     grad = jax.grad(lambda values: jnp.sum(jax.vmap(newton_sqrt)(values)[1][0]))
-    module = whilst.compile(grad, spec(), cache=False).load()
+    module = whilst.compile(grad, spec()).load()
     for b in SIZES:
         values = np.geomspace(0.5, 900.0, b).astype(np.float32)
         counts, _ = newton_oracle(values)
@@ -138,8 +138,7 @@ def test_gradient_of_loop_over_symbolic_length_at_each_size():
                                  lambda i, y: (i + 1, step(y)), [0, x], maximum_iterations=40)
         return jnp.sum(y ** 3)
 
-    module = whilst.compile(jax.grad(loss), spec(), jax.ShapeDtypeStruct((), np.float32),
-                            cache=False).load()
+    module = whilst.compile(jax.grad(loss), spec(), jax.ShapeDtypeStruct((), np.float32)).load()
     counts = set()
     for b in SIZES:
         x = np.linspace(0.2, 1.0, b).astype(np.float32)

@@ -19,7 +19,7 @@ def module():
     exports = [whilst.export(lambda x, t=t: x.astype(t), np.zeros(len(VALUES), s),
                              name=f"{np.dtype(s).name}_to_{np.dtype(t).name}")
                for s in SOURCES for t in TARGETS]
-    return whilst.compile(exports, cache=False).load()
+    return whilst.compile(exports).load()
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda s: np.dtype(s).name)
@@ -43,7 +43,7 @@ def test_index_computed_from_a_float_in_a_loop():
         return whilst.while_loop(lambda i, s: i < 50, body, [0, (jnp.float32(0.5), 0.0)])[1]
 
     table = np.linspace(-1, 1, 7).astype(np.float32)
-    got = whilst.compile(fn, table, np.float32(1), cache=False).load()(table, np.float32(0.25))
+    got = whilst.compile(fn, table, np.float32(1)).load()(table, np.float32(0.25))
     t, total = jnp.float32(0.5), jnp.float32(0.0)
     for _ in range(50):  # the same steps in plain JAX (XLA)
         t, total = t * 8.0 + 1.0, total + jnp.asarray(table)[(t / 0.25).astype(jnp.int32)]

@@ -54,7 +54,7 @@ def test_rewritten_ops_equal_jax_on_xla(exported, name):
 
 @pytest.mark.iree
 def test_rewritten_ops_run_on_iree(exported):
-    module = whilst.compile(list(exported.values()), cache=False).load()
+    module = whilst.compile(list(exported.values())).load()
     for name, fn in PROGRAMS.items():
         for b in SIZES:
             for i in (-3, 2, 9):
