@@ -15,6 +15,8 @@ other export rewrites see it; other backends lower `portable`.
 Differentiated, a choice is its portable form's: the jvp of a choice with
 non-zero tangents is that of `portable`, in line (so reverse mode transposes
 plain code), and one with only zero tangents (integer code) stays a choice.
+Checkified (`jax.experimental.checkify`), a choice is its portable form, in line,
+with that form's checks.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from whilst._jax_compat import NamedAxisEffect, apply_primitive, jvp_jaxpr, split_list
+from whilst._jax_compat import (
+    NamedAxisEffect, apply_primitive, checkify_jaxpr, def_error_check, jvp_jaxpr, split_list)
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
 from whilst.ir._tracing import call, trace_closed
 
@@ -69,11 +72,16 @@ def xla_cpu_choice_batching(args, dims, *, xla_cpu, portable):
     return out, [0] * len(out)
 
 
+def xla_cpu_choice_error_check(ctx, error, enabled_errors, *args, xla_cpu, portable):
+    return checkify_jaxpr(ctx, portable, enabled_errors, error, *args)
+
+
 xla_cpu_choice_p.def_impl(lambda *args, **params: apply_primitive(
     xla_cpu_choice_p, *args, **params))
 xla_cpu_choice_p.def_abstract_eval(lambda *avals, xla_cpu, portable: portable.out_avals)
 ad.primitive_jvps[xla_cpu_choice_p] = xla_cpu_choice_jvp
 batching.primitive_batchers[xla_cpu_choice_p] = xla_cpu_choice_batching
+def_error_check(xla_cpu_choice_p, xla_cpu_choice_error_check)
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
     lambda *args, xla_cpu, portable: call(portable, *args), multiple_results=True))
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
