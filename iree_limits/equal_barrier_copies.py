@@ -16,29 +16,18 @@ and prints
 
     EQX_ON_ERROR=nan python iree_limits/equal_barrier_copies.py   (needs diffrax)
 """
-import os
+from _diffrax_lv import RATES, loss as lv_loss  # first: sets EQX_ON_ERROR for equinox
 
-os.environ.setdefault("EQX_ON_ERROR", "nan")
+import diffrax
+import jax
 
-import diffrax  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import whilst  # noqa: E402
-import whilst.lowering._iree_loops as iree_loops  # noqa: E402
-from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
-
-Y0 = np.array([10.0, 10.0], np.float32)
-RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+import whilst
+import whilst.lowering._iree_loops as iree_loops
+from whilst.integrations.diffrax import WhilstAdjoint
 
 
 def loss(rates, adjoint):
-    field = lambda t, y, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1],
-                                       -p[2] * y[1] + p[3] * y[0] * y[1]])
-    return jnp.sum(diffrax.diffeqsolve(
-        diffrax.ODETerm(field), diffrax.Tsit5(), 0.0, 10.0, 0.1, Y0, args=rates,
-        saveat=diffrax.SaveAt(t1=True), max_steps=256, adjoint=adjoint).ys)
+    return lv_loss(rates, adjoint, saveat=diffrax.SaveAt(t1=True))
 
 
 def gradient(equal_copies):
