@@ -284,11 +284,15 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     """
     from iree.compiler import tools
 
+    without_fences = None  # `unfenced(text)`, made once for the flag sets that need it
     for k, flags in enumerate(flag_sets(targets, cpu, gpu_arch)):
         if k and on_fallback is not None:
             on_fallback(reason)
         args = [*flags, *extra_flags]
-        source = text if f"{AGGRESSIVE_FUSION}=true" in flags else unfenced(text)
+        if f"{AGGRESSIVE_FUSION}=true" in flags:
+            source = text
+        else:
+            source = without_fences = without_fences or unfenced(text)
         try:
             sources = tools.compile_str(source,
                                         extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
