@@ -42,6 +42,9 @@ it does the stored path's loops, writing the rows of k steps at once, with no
 host branch per step. The forward While carries the stacks of its last chunk;
 under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
 their chunk loops write them in place instead, so that XLA keeps one copy.
+Eagerly (no jax.jit), where each op is a program of its own, the forward's stacks
+are made in the forward While's program and the gradient While pushes: a While
+given stacks made by another program copies them whole.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -63,7 +66,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_constant_shape, split_list
+from whilst._jax_compat import is_concrete, is_constant_shape, split_list
 from whilst.ir._buffers import uninitialized
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
@@ -269,27 +272,39 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         (more,) = call(cond_jaxpr, *cc, n, *xs)
         return [(m == S) & (n < bound) & more]
 
-    # Slots and stacks start unwritten, from one op (see `_packed_policy`); exported,
-    # the slots start from distinct fills and the stacks as `tensor.empty`.
-    slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype) for a in chunks.carry_avals]
-    init = [np.int32(0), np.int32(S), _packed_policy(policy_init(K)), *carry,
-            jnp.full((K,), EMPTY, np.int32),
-            *uninitialized([*slot_avals, *chunks.stack_avals],
-                           [*range(ncarry), *[None] * len(chunks.stack_avals)])]
-    cc_avals, h_avals = [jax.typeof(x) for x in cond_consts], [jax.typeof(x) for x in hoisted]
-    state_avals = [jax.typeof(x) for x in init]
-    c, n, _, _, *outs = functional_while(
-        [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
-        cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
-                                               *state_avals], "budget_forward_cond"),
-        body_jaxpr=trace_closed(forward_body, [*cc_avals, *h_avals, COUNTER_AVAL,
-                                               COUNTER_AVAL, *state_avals],
-                                "budget_forward_body"),
-        static_bound=None if static_bound is None else -(-static_bound // S),
-        name=name, role=role, gradient=ChunkedLoop(
-            checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
-            chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
-                               for a in chunks.stack_avals)))
+    def forward_while(cond_consts, hoisted, bound, carry):
+        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While."""
+        # Slots and stacks start unwritten, from one op (see `_packed_policy`);
+        # exported, the slots start from distinct fills and the stacks as
+        # `tensor.empty`.
+        slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype)
+                      for a in chunks.carry_avals]
+        init = [np.int32(0), np.int32(S), _packed_policy(policy_init(K)), *carry,
+                jnp.full((K,), EMPTY, np.int32),
+                *uninitialized([*slot_avals, *chunks.stack_avals],
+                               [*range(ncarry), *[None] * len(chunks.stack_avals)])]
+        cc_avals = [jax.typeof(x) for x in cond_consts]
+        h_avals = [jax.typeof(x) for x in hoisted]
+        state_avals = [jax.typeof(x) for x in init]
+        return functional_while(
+            [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
+            cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
+                                                   *state_avals], "budget_forward_cond"),
+            body_jaxpr=trace_closed(forward_body, [*cc_avals, *h_avals, COUNTER_AVAL,
+                                                   COUNTER_AVAL, *state_avals],
+                                    "budget_forward_body"),
+            static_bound=None if static_bound is None else -(-static_bound // S),
+            name=name, role=role, gradient=ChunkedLoop(
+                checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
+                chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
+                                   for a in chunks.stack_avals)))
+
+    if all(map(is_concrete, primals)):
+        # Eagerly (no jax.jit) each op is a program of its own: the While would copy
+        # its stacks from the op that made them (the whole budget, every page
+        # touched). One program makes them and runs the While, writing rows only.
+        forward_while = jax.jit(forward_while)
+    c, n, _, _, *outs = forward_while(list(cond_consts), list(hoisted), bound, list(carry))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
@@ -424,9 +439,15 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
         return outs[3 + 2 * ncarry + (nstk if carried else 0):]
 
-    outs = xla_cpu_choice(functools.partial(gradient_while, True),
-                          functools.partial(gradient_while, False), last, pos, *slots,
-                          *hoisted, *inv, *known, n, *stacks, *ct, *acc)
+    args = [last, pos, *slots, *hoisted, *inv, *known, n, *stacks, *ct, *acc]
+    if all(map(is_concrete, stacks)):
+        # Eagerly (no jax.jit) the While is a program of its own: carrying the
+        # forward's stacks, it would copy them whole (the budget, every page
+        # touched); pushing, it writes the rows of the steps it runs only.
+        outs = gradient_while(False, *args)
+    else:
+        outs = xla_cpu_choice(functools.partial(gradient_while, True),
+                              functools.partial(gradient_while, False), *args)
     ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
