@@ -343,7 +343,7 @@ def test_data_dependent_stop_with_no_bound():
 
 
 _EAGER_PEAK_RSS = """
-import resource, sys
+import resource
 import jax, jax.numpy as jnp
 import whilst
 
