@@ -2,9 +2,9 @@
 chunk (`whilst/ir/reverse/_budget.py`: the chunk loops push their rows into stacks of
 their own, nested in the forward While and in the gradient While) compile but fail on
 every call past the first chunk, "INVALID_ARGUMENT; ref is null; while invoking native
-function hal.buffer.subspan" (aggressive fusion fails to compile the module: "write
-affecting operations on global resources are restricted to workgroup distributed
-contexts", so whilst uses default fusion):
+function hal.buffer.subspan". Compiled here with the default fusion, whilst's fallback
+(aggressive fusion compiles such modules only with their slot writes fenced,
+`rereading_scatter.mlir`):
 
 - `tensor.empty` as the initial stacks of the chunk loops: canonicalize and CSE merge
   them with the equal `tensor.empty` the forward While's stacks start from, outside
@@ -79,16 +79,23 @@ def all_fenced(module):
             user.operands[position] = fenced
 
 
+def default_fusion(flag_sets=iree_prep.flag_sets):
+    """`flag_sets` without the first, aggressive fusion's."""
+    return lambda *args, **kwargs: flag_sets(*args, **kwargs)[1:]
+
+
 def gradient(patch=None):
-    """d loss / d a from the module compiled with `patch` = (module, name, function)."""
-    saved = patch and getattr(patch[0], patch[1])
-    if patch:
-        setattr(patch[0], patch[1], patch[2])
+    """d loss / d a from the module compiled with the default fusion and `patch` =
+    (module, name, function)."""
+    patches = [(iree_prep, "flag_sets", default_fusion()), *([patch] if patch else [])]
+    saved = [getattr(module, name) for module, name, _ in patches]
+    for module, name, function in patches:
+        setattr(module, name, function)
     try:
         module = whilst.compile(jax.grad(loss, 1), Y0, A, cache=False).load("local-sync")
     finally:
-        if patch:
-            setattr(patch[0], patch[1], saved)
+        for (module, name, _), function in zip(patches, saved):
+            setattr(module, name, function)
     try:
         return f"{float(module(Y0, A)):.6f}"
     except Exception as error:  # the runtime's error, whatever its class

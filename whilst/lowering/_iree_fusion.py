@@ -57,6 +57,7 @@ def fusible_small_tensor_code(module) -> None:
     broadcast_select_predicates(module)
     small_stacks_as_selects(module)
     fenced_point_gathers(module)
+    fenced_rereading_updates(module)
 
 
 def broadcast_select_predicates(module) -> None:
@@ -102,6 +103,55 @@ def fenced_point_gathers(module) -> None:
         fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
         for user, position in users:
             user.operands[position] = fence.result
+
+
+def fenced_rereading_updates(module) -> None:
+    """Pass the updates of every `stablehlo.scatter` that are computed from a gather
+    of the scatter's own operand (`_rereading_scatter`: what `write_slot`'s
+    `buf[k] = where(when, x, buf[k])` emits) through a `stablehlo.optimization_barrier`,
+    in place. Fused into the scatter's dispatch, the read of the buffer the scatter
+    writes in place fails llvm-cpu codegen under aggressive fusion ("write affecting
+    operations on global resources are restricted to workgroup distributed
+    contexts", `iree_limits/rereading_scatter.py`): a budget gradient's module then
+    fell back to default fusion, 5 times the dispatches per chunk-loop iteration."""
+    for op in ops_where(module, _rereading_scatter):
+        _fence_operand(op, SCATTER_UPDATES)
+
+
+def _fence_operand(op, position) -> None:
+    """Make `op`'s operand `position` pass through a fence (`FENCE_ATTR`)."""
+    from iree.compiler import ir
+
+    value = op.operands[position]
+    with ir.InsertionPoint(op), op.location:
+        fence = ir.Operation.create("stablehlo.optimization_barrier",
+                                    results=[value.type], operands=[value])
+    fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
+    op.operands[position] = fence.result
+
+
+SCATTER_UPDATES = 2  # the operand position of a one-operand scatter's updates
+# The ops between a gather and the scatter updates it feeds that `_rereading_scatter`
+# follows: those of `jnp.where(when, x, buf[k])` in a row update.
+_ROW_OPS = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.select",
+            "stablehlo.convert")
+
+
+def _rereading_scatter(op) -> bool:
+    """Whether `op` is a one-operand `stablehlo.scatter` whose updates are computed,
+    through `_ROW_OPS`, from a `stablehlo.gather` of the scatter's operand."""
+    if op.name != "stablehlo.scatter" or len(op.operands) != 3:
+        return False
+    target, pending, seen = op.operands[0], [op.operands[SCATTER_UPDATES]], 0
+    while pending and seen < 16:
+        producer = pending.pop().owner
+        seen += 1
+        name = getattr(producer, "name", None)
+        if name == "stablehlo.gather" and producer.operands[0] == target:
+            return True
+        if name in _ROW_OPS:
+            pending.extend(producer.operands)
+    return False
 
 
 FENCE_ATTR = "whilst.fence"
