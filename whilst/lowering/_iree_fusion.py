@@ -135,6 +135,7 @@ SCATTER_UPDATES = 2  # the operand position of a one-operand scatter's updates
 # follows: those of `jnp.where(when, x, buf[k])` in a row update.
 _ROW_OPS = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.select",
             "stablehlo.convert")
+_MOST_ROW_OPS = 16  # how many of them `_rereading_scatter` looks at, at most
 
 
 def _rereading_scatter(op) -> bool:
@@ -143,7 +144,7 @@ def _rereading_scatter(op) -> bool:
     if op.name != "stablehlo.scatter" or len(op.operands) != 3:
         return False
     target, pending, seen = op.operands[0], [op.operands[SCATTER_UPDATES]], 0
-    while pending and seen < 16:
+    while pending and seen < _MOST_ROW_OPS:
         producer = pending.pop().owner
         seen += 1
         name = getattr(producer, "name", None)
