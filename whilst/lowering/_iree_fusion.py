@@ -34,6 +34,15 @@ barrier, which keeps the gather out of its users' dispatches::
 
     gather(x, [i, j])  ==  optimization_barrier(gather(x, [i, j]))
 
+A `stablehlo.scatter` whose updates are computed from a gather of its own operand
+(`buf[k] = where(save, x, buf[k])`, a checkpoint slot's write) fuses into one
+dispatch that reads the buffer it writes in place, and llvm-cpu codegen fails on
+it under aggressive fusion (`iree_limits/rereading_scatter.mlir`).
+`fenced_rereading_updates` passes such updates through an optimization barrier::
+
+    scatter(buf, k, where(save, x, buf[k]))
+      == scatter(buf, k, optimization_barrier(where(save, x, buf[k])))
+
 Only aggressive fusion needs the fences, and with the default fusion they made
 the gradients of diffrax's Tsit5 solves with SaveAt ts fail on every call ("ref
 is null ... hal.buffer.subspan"; `iree_limits/fenced_gathers_default_fusion.py`):
@@ -106,14 +115,11 @@ def fenced_point_gathers(module) -> None:
 
 
 def fenced_rereading_updates(module) -> None:
-    """Pass the updates of every `stablehlo.scatter` that are computed from a gather
-    of the scatter's own operand (`_rereading_scatter`: what `write_slot`'s
-    `buf[k] = where(when, x, buf[k])` emits) through a `stablehlo.optimization_barrier`,
-    in place. Fused into the scatter's dispatch, the read of the buffer the scatter
-    writes in place fails llvm-cpu codegen under aggressive fusion ("write affecting
-    operations on global resources are restricted to workgroup distributed
-    contexts", `iree_limits/rereading_scatter.py`): a budget gradient's module then
-    fell back to default fusion, 5 times the dispatches per chunk-loop iteration."""
+    """Pass the updates of every scatter of `module` that rereads its operand
+    (`_rereading_scatter`) through a `stablehlo.optimization_barrier`, in place. A
+    budget gradient's module fell back to the default fusion without them, which
+    runs its chunk loops with several times the stored path's dispatches per
+    iteration (bench/NOTES.md, issue 41)."""
     for op in ops_where(module, _rereading_scatter):
         _fence_operand(op, SCATTER_UPDATES)
 
