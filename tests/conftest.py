@@ -7,7 +7,8 @@ whilst/_cache.py). Entries are written atomically, so workers share it safely.
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
 them do, else the test's own decorator), the samples and the corpus `slow`; here, the
 JAX-side tests that take 10 s or more on the 2-core machine are marked `long`, and all
-others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up). The
+others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up); `by_hand`
+marks the tests CI leaves out. The
 oracles the tests share are in helpers.py."""
 import os
 
@@ -39,18 +40,26 @@ LONG_TESTS = {
     # tests/clients (2026-11-27, 2 loaded cores): diffrax solves traced and jitted twice
     "test_whilst_adjoint_matches_diffrax_on_jax",
     "test_whilst_adjoint_with_checkpoints_matches_on_jax",
-    # tests/clients on IREE (2026-11-27): six Runge-Kutta gradients in one module, minutes
-    "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
     "test_sharded_loops_match_the_single_device_program",
     "test_gradient_loops_hold_no_collective",
+}
+
+# Tests CI leaves out (`.ci/run` deselects `-m by_hand`; README, "Run the tests"), run by
+# hand: six Runge-Kutta gradients of diffrax solves compiled into one IREE module, 8 of
+# the jax 0.12 suite's 34 minutes on the 2-core machine (2026-11-27).
+BY_HAND_TESTS = {
+    "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
 }
 
 
 @pytest.hookimpl(tryfirst=True)       # before -m selects by these markers
 def pytest_collection_modifyitems(items):
     for item in items:
-        if getattr(item, "originalname", item.name) in LONG_TESTS:
+        name = getattr(item, "originalname", item.name)
+        if name in LONG_TESTS:
             item.add_marker(pytest.mark.long)
+        if name in BY_HAND_TESTS:
+            item.add_marker(pytest.mark.by_hand)
         if not any(item.get_closest_marker(name) for name in ("iree", "slow", "long")):
             item.add_marker(pytest.mark.quick)
 
