@@ -1,15 +1,16 @@
-"""Test-wide settings: the compile cache lives in a temporary directory (never the
-user's ~/.cache), shared by the tests of one session, its pytest-xdist workers and their
-subprocesses; `$WHILST_TEST_CACHE_DIR` names another (`.ci/run` gives its JAX versions
-one: the same prepared module is the same compile whichever JAX traced it, see
-whilst/_cache.py). Entries are written atomically, so workers share it safely.
+"""Test-wide settings: the compile caches (whilst's and JAX's persistent one) live in a
+temporary directory (never the user's ~/.cache), shared by the tests of one session, its
+pytest-xdist workers and their subprocesses; `$WHILST_TEST_CACHE_DIR` names another
+(`.ci/run` gives its JAX versions one: the same prepared module is the same compile
+whichever JAX traced it, see whilst/_cache.py). whilst's entries are written atomically,
+so workers share it safely; a JAX entry read while another worker writes it is a miss
+(JAX warns and compiles).
 
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
 them do, else the test's own decorator), the samples and the corpus `slow`; here, the
 JAX-side tests that take 10 s or more on the 2-core machine are marked `long`, and all
 others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up); `by_hand`
-marks the tests CI leaves out. The
-oracles the tests share are in helpers.py."""
+marks the tests CI leaves out. The oracles the tests share are in helpers.py."""
 import os
 
 import pytest
@@ -64,14 +65,26 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.quick)
 
 
-@pytest.fixture(autouse=True, scope="session")
-def compile_cache_dir(tmp_path_factory):
+@pytest.hookimpl(trylast=True)   # after pytest's tmp_path_factory is made
+def pytest_configure(config):
+    """Both compile caches in one directory per test session: whilst's (IREE modules)
+    and JAX's persistent one (XLA:CPU executables of every size and compile time, so
+    that the programs tests jit or run eagerly again, in another test or another
+    worker, are compiled once; entries are keyed by JAX's version and the program).
+    Subprocesses the tests start find them through the environment."""
     where = os.environ.get("WHILST_TEST_CACHE_DIR")
     if not where:
-        session = tmp_path_factory.getbasetemp()   # an xdist worker's is <session>/gwN
+        session = config._tmp_path_factory.getbasetemp()  # an xdist worker's: <session>/gwN
         if os.environ.get("PYTEST_XDIST_WORKER"):
             session = session.parent
         where = session / "whilst-cache"
     os.makedirs(where, exist_ok=True)
     os.environ["WHILST_CACHE_DIR"] = str(where)
-    return os.environ["WHILST_CACHE_DIR"]
+    jax_settings = {"jax_compilation_cache_dir": os.path.join(where, "jax"),
+                    "jax_persistent_cache_min_compile_time_secs": 0,
+                    "jax_persistent_cache_min_entry_size_bytes": 0}
+    import jax
+
+    for name, value in jax_settings.items():
+        os.environ[name.upper()] = str(value)
+        jax.config.update(name, value)
