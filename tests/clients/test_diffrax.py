@@ -103,7 +103,7 @@ def fixed_step_event_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint
 
 
 def test_event_stops_the_solve_on_jax():
-    """The solve stops where y[0] falls below 9 (a root-found event time)."""
+    """The solve stops at the end of the step where y[0] falls below 9."""
     t_want, y_want = jax.jit(event_solve)(Y0, RATES)
     t_got, y_got = jax.jit(lambda y, p: event_solve(y, p, WhilstAdjoint()))(Y0, RATES)
     assert 0.0 < float(t_want) < 10.0 and float(y_want[0]) <= 9.0
@@ -233,7 +233,7 @@ def more_rk_gradients():
     `checkpoints=8`, every step stored (a `gradient_memory` holding them all), and
     the neural ODE's gradient with respect to its weights; diffrax's own
     checkpointed loops (`RecursiveCheckpointAdjoint`) passed to whilst unchanged;
-    and Dopri5's gradient at t1."""
+    and Dopri5's gradients at t1 and at ts."""
     node = lambda w: jnp.sum(neural_ode(Y0 / 10, w, WhilstAdjoint()) ** 2)
     return whilst.compile([
         whilst.export(loss_grad(lv_fixed_steps, adjoint=WhilstAdjoint()), Y0, RATES,
@@ -245,7 +245,9 @@ def more_rk_gradients():
         whilst.export(jax.grad(node), WEIGHTS, name="node"),
         whilst.export(loss_grad(lv_solve), Y0, RATES, name="own_loops"),
         whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), solver=diffrax.Dopri5(),
-                                saveat=T1), Y0, RATES, name="dopri5")]).load()
+                                saveat=T1), Y0, RATES, name="dopri5"),
+        whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), solver=diffrax.Dopri5()),
+                      Y0, RATES, name="dopri5_ts")]).load()
 
 
 @pytest.mark.iree
@@ -262,6 +264,10 @@ def test_rk_gradients_of_every_policy_match_diffrax_on_jax(more_rk_gradients):
     dopri5 = loss_grad(lv_solve, solver=diffrax.Dopri5(), saveat=T1)
     np.testing.assert_allclose(more_rk_gradients.dopri5(Y0, RATES), jax.jit(dopri5)(Y0, RATES),
                                rtol=2e-4)
+    dopri5_ts = jax.jit(loss_grad(lv_solve, solver=diffrax.Dopri5()))
+    for y0 in (Y0, Y0 * 0.5):
+        np.testing.assert_allclose(more_rk_gradients.dopri5_ts(y0, RATES), dopri5_ts(y0, RATES),
+                                   rtol=2e-4)
 
 
 # --- Dopri5, and a batch of 1024 initial conditions, on IREE (forward) ------------------
