@@ -11,6 +11,7 @@ diffrax = pytest.importorskip("diffrax")
 
 import whilst  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+from whilst.lowering import unroll_factors  # noqa: E402
 
 Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
@@ -150,9 +151,12 @@ def test_whilst_adjoint_solve_compiles_and_matches():
     """Compiled anew (no cache): iree-compile 3.13 crashes on this module with const-expr
     hoisting, under aggressive and default fusion alike (iree_limits/hoisted_nested_loop.py);
     once the first flag set crashed so, the one without hoisting is the next compiled
-    (one crash, not two: about 8 of the 23 s this compile took)."""
+    (one crash, not two: about 8 of the 23 s this compile took). Tsit5's stage loop
+    (diffrax's, counting to 7) runs unrolled by 7 (whilst.ir._counted_loops)."""
     solve = lambda y, p: lv_solve(y, p, WhilstAdjoint())
-    compiled = whilst.compile(solve, Y0, RATES, cache=False)
+    exported = whilst.export(solve, Y0, RATES)
+    assert 7 in unroll_factors(exported.text)
+    compiled = whilst.compile(exported, cache=False)
     assert compiled.stages[-1][0] == (
         "iree-compile for llvm-cpu (host) with default fusion, no const-expr hoisting (with "
         "aggressive fusion, iree-compile crashed in Stream::ResourceType::getLifetime)")
