@@ -2,6 +2,8 @@
 in: diffrax's own loops (`lax.while_loop`s) passed unchanged, and its loops routed to
 whilst by `whilst.integrations.diffrax.WhilstAdjoint`; compared with diffrax on JAX
 (`RecursiveCheckpointAdjoint`, its default)."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,9 +159,11 @@ def test_whilst_adjoint_solve_compiles_and_matches():
     exported = whilst.export(solve, Y0, RATES)
     assert 7 in unroll_factors(exported.text)
     compiled = whilst.compile(exported, cache=False)
-    assert compiled.stages[-1][0] == (
-        "iree-compile for llvm-cpu (host) with default fusion, no const-expr hoisting (with "
-        "aggressive fusion, iree-compile crashed in Stream::ResourceType::getLifetime)")
+    # (the innermost frame of the crash varies: Stream::ResourceType::getLifetime, or
+    # Explorer::walkTransitiveUses called from the same analysis)
+    assert re.fullmatch(r"iree-compile for llvm-cpu \(host\) with default fusion, no const-expr "
+                        r"hoisting \(with aggressive fusion, iree-compile crashed in [\w:]+\)",
+                        compiled.stages[-1][0]), compiled.stages[-1][0]
     np.testing.assert_allclose(compiled.load()(Y0, RATES), jax.jit(lv_solve)(Y0, RATES),
                                rtol=2e-5, atol=2e-5)
 
