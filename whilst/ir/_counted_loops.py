@@ -15,9 +15,9 @@ every start, as unrolling keeps them::
         == functional_while(cond, body, c, unroll=N)   # N steps per emitted iteration
 
 Only in exports (the lowering applies it, after differentiation), and only in the
-bodies of loops that push and pop no residual rows (`_while_lowering._loop_forms`
-says why): a `custom_vjp_call` holding such a loop is replaced by its primal, which
-is what it lowers to.
+bodies of forward loops that push and pop no residual rows and keep no checkpoints
+(`_while_lowering._loop_forms` says why): a `custom_vjp_call` holding such a loop is
+replaced by its primal, which is what it lowers to.
 """
 from __future__ import annotations
 
