@@ -5,7 +5,11 @@ optimistix root finds, fixed points and minimisations.
 Per case, in this process: the `whilst.compile` time (s, no cache; the fallback
 flag set it needed, if any), whether IREE's results match JAX's (allclose), and
 the median call time of JAX CPU (jit, timed on its own, warm) and of whilst's
-module on IREE `local-sync`, with the ratio IREE / JAX.
+module on IREE `local-sync`, with the ratio IREE / JAX; and per iteration of the
+outer loop (a solver step, or k steps where whilst unrolls the loop; `steps`: its
+iterations in one call) the dispatches, command-buffer submissions and readbacks
+of the call's loops on IREE (`_step_counts`: dispatches and submissions counted
+by IREE's profiler, readbacks from the stream phase).
 
     EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...]
 """
@@ -25,7 +29,12 @@ import numpy as np  # noqa: E402
 import whilst  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
 
+from _step_counts import per_outer_iteration, runtime_counts  # noqa: E402
 from _timing import blocking, fmt_ratio, fmt_time, measure, table  # noqa: E402
+from iree.compiler import tools  # noqa: E402
+from whilst._compile import FALLBACK_NOTE  # noqa: E402
+from whilst.lowering import flag_sets, prepare  # noqa: E402
+from whilst.lowering._iree_fusion import unfenced  # noqa: E402
 
 # The optimistix programs the client tests check (tests/clients/test_optimistix.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -85,6 +94,25 @@ CASES = {   # name -> (fn, args)
 }
 
 
+def stream_phase(fn, args, compiled) -> str:
+    """`fn`'s module at iree-compile's stream phase, with the flag sets
+    `whilst.compile` chose among for `compiled` (with or without aggressive fusion)."""
+    text = prepare([whilst.export(fn, *args)])
+    first, *fallbacks = flag_sets(("llvm-cpu",))
+    fell_back = FALLBACK_NOTE in compiled.stages[-1][0]
+    source = unfenced(text) if fell_back else text
+    for flags in fallbacks if fell_back else [first]:
+        try:
+            return tools.compile_str(source, extra_args=[*flags, "--compile-to=stream"]).decode()
+        except tools.CompilerToolError as error:
+            failure = error
+    raise failure
+
+
+def fmt_count(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated case names")
@@ -104,11 +132,17 @@ def main():
                       zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
         jax_time = measure({"jax": blocking(jitted, *call_args)})["jax"].median
         iree_time = measure({"iree": lambda: module.main(*call_args)})["iree"].median
-        fallback = " (default fusion)" if "default fusion" in compiled.stages[-1][0] else ""
+        fallback = " (default fusion)" if FALLBACK_NOTE in compiled.stages[-1][0] else ""
+        counts = per_outer_iteration(stream_phase(fn, call_args, compiled), "main",
+                                     *runtime_counts(compiled.data, "main", call_args))
         rows.append([name, f"{seconds:.1f}{fallback}", "yes" if matches else "NO",
-                     fmt_time(jax_time), fmt_time(iree_time), fmt_ratio(iree_time / jax_time)])
-    table("Client programs: JAX CPU (alone, warm) vs whilst on IREE local-sync",
-          ["case", "compile s", "matches", "JAX", "IREE", "IREE/JAX"], rows)
+                     fmt_time(jax_time), fmt_time(iree_time), fmt_ratio(iree_time / jax_time),
+                     *(fmt_count(counts[k]) for k in ("iterations", "dispatches",
+                                                      "submissions", "readbacks"))])
+    table("Client programs: JAX CPU (alone, warm) vs whilst on IREE local-sync; IREE's "
+          "work per outer-loop iteration (solver step)",
+          ["case", "compile s", "matches", "JAX", "IREE", "IREE/JAX", "steps", "dispatches",
+           "submissions", "readbacks"], rows)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,9 @@ the module both ways and prints
 
     EQX_ON_ERROR=nan python iree_limits/fenced_gathers_default_fusion.py   (needs diffrax)
 
-Since `fenced_point_gathers` also leaves the gathers from a `stablehlo.case` result
-unfenced (`iree_limits/budget_chunk_stacks.py`), both lines match JAX here: the two
-workarounds overlap on this module, and which of them the failure needs is not yet
-reduced.
+The barriers it needs unfenced are those on the gathers from a `stablehlo.case`'s
+results: with only those left out it runs too (as `budget_chunk_stacks.py`'s budget
+gradient, which fails the same way).
 """
 from _diffrax_lv import RATES, loss as lv_loss  # first: sets EQX_ON_ERROR for equinox
 

@@ -13,9 +13,10 @@ The program: a diffrax solve (Lotka-Volterra, Tsit5, PID controller, SaveAt 21
 times) with its step loop and SaveAt loop routed to whilst's loops by
 `whilst.integrations.diffrax.WhilstAdjoint`. Smaller nested loops carrying a
 linspace (`lax.while_loop`s or whilst's) did not reproduce it.
-whilst works around it in `compile_module`: after aggressive and default fusion, a
-third flag set without const-expr hoisting (`NO_CONST_EXPR_HOISTING`,
-whilst/lowering/_iree.py).
+whilst works around it in `compile_module`: a third flag set, default fusion without
+const-expr hoisting (`NO_CONST_EXPR_HOISTING`, whilst/lowering/_iree.py), which is
+compiled next once a flag set crashed in `ResourceUsage.cpp` (aggressive fusion with
+hoisting crashes the same way on this module).
 
     EQX_ON_ERROR=nan python iree_limits/hoisted_nested_loop.py
 prints, for default fusion with and without hoisting, "crashed" or "compiled".

@@ -1,14 +1,16 @@
-"""Test-wide settings: the compile cache lives in a temporary directory (never the
-user's ~/.cache), shared by the tests of one session, its pytest-xdist workers and their
-subprocesses; `$WHILST_TEST_CACHE_DIR` names another (`.ci/run` gives its JAX versions
-one: the same prepared module is the same compile whichever JAX traced it, see
-whilst/_cache.py). Entries are written atomically, so workers share it safely.
+"""Test-wide settings: the compile caches (whilst's and JAX's persistent one) live in a
+temporary directory (never the user's ~/.cache), shared by the tests of one session, its
+pytest-xdist workers and their subprocesses; `$WHILST_TEST_CACHE_DIR` names another
+(`.ci/run` gives its JAX versions one: the same prepared module is the same compile
+whichever JAX traced it, see whilst/_cache.py). whilst's entries are written atomically,
+so workers share it safely; a JAX entry read while another worker writes it is a miss
+(JAX warns and compiles).
 
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
 them do, else the test's own decorator), the samples and the corpus `slow`; here, the
 JAX-side tests that take 10 s or more on the 2-core machine are marked `long`, and all
-others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up). The
-oracles the tests share are in helpers.py."""
+others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up); `by_hand`
+marks the tests CI leaves out. The oracles the tests share are in helpers.py."""
 import os
 
 import pytest
@@ -39,30 +41,50 @@ LONG_TESTS = {
     # tests/clients (2026-11-27, 2 loaded cores): diffrax solves traced and jitted twice
     "test_whilst_adjoint_matches_diffrax_on_jax",
     "test_whilst_adjoint_with_checkpoints_matches_on_jax",
-    # tests/clients on IREE (2026-11-27): six Runge-Kutta gradients in one module, minutes
-    "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
     "test_sharded_loops_match_the_single_device_program",
     "test_gradient_loops_hold_no_collective",
+}
+
+# Tests CI leaves out (`.ci/run` deselects `-m by_hand`; README, "Run the tests"), run by
+# hand: six Runge-Kutta gradients of diffrax solves compiled into one IREE module, 8 of
+# the jax 0.12 suite's 34 minutes on the 2-core machine (2026-11-27).
+BY_HAND_TESTS = {
+    "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
 }
 
 
 @pytest.hookimpl(tryfirst=True)       # before -m selects by these markers
 def pytest_collection_modifyitems(items):
     for item in items:
-        if getattr(item, "originalname", item.name) in LONG_TESTS:
+        name = getattr(item, "originalname", item.name)
+        if name in LONG_TESTS:
             item.add_marker(pytest.mark.long)
+        if name in BY_HAND_TESTS:
+            item.add_marker(pytest.mark.by_hand)
         if not any(item.get_closest_marker(name) for name in ("iree", "slow", "long")):
             item.add_marker(pytest.mark.quick)
 
 
-@pytest.fixture(autouse=True, scope="session")
-def compile_cache_dir(tmp_path_factory):
+@pytest.hookimpl(trylast=True)   # after pytest's tmp_path_factory is made
+def pytest_configure(config):
+    """Both compile caches in one directory per test session: whilst's (IREE modules)
+    and JAX's persistent one (XLA:CPU executables of every size and compile time, so
+    that the programs tests jit or run eagerly again, in another test or another
+    worker, are compiled once; entries are keyed by JAX's version and the program).
+    Subprocesses the tests start find them through the environment."""
     where = os.environ.get("WHILST_TEST_CACHE_DIR")
     if not where:
-        session = tmp_path_factory.getbasetemp()   # an xdist worker's is <session>/gwN
+        session = config._tmp_path_factory.getbasetemp()  # an xdist worker's: <session>/gwN
         if os.environ.get("PYTEST_XDIST_WORKER"):
             session = session.parent
         where = session / "whilst-cache"
     os.makedirs(where, exist_ok=True)
     os.environ["WHILST_CACHE_DIR"] = str(where)
-    return os.environ["WHILST_CACHE_DIR"]
+    jax_settings = {"jax_compilation_cache_dir": os.path.join(where, "jax"),
+                    "jax_persistent_cache_min_compile_time_secs": 0,
+                    "jax_persistent_cache_min_entry_size_bytes": 0}
+    import jax
+
+    for name, value in jax_settings.items():
+        os.environ[name.upper()] = str(value)
+        jax.config.update(name, value)

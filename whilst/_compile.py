@@ -8,7 +8,8 @@ import time
 from whilst import _cache
 from whilst._files import write_file
 from whilst._stages import Stages
-from whilst.lowering import Exported, compile_module, export, flag_sets, prepare, target_metadata
+from whilst.lowering import (
+    Exported, compile_module, describe_flags, export, flag_sets, prepare, target_metadata)
 from whilst.runtime.seal import seal
 
 
@@ -94,9 +95,13 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
             stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
             return Compiled(data, tuple(targets), tuple(functions), stages.done)
     with stages(f"{IREE_COMPILE} for {described}") as stage:
-        def fallback(reason):
-            stage.relabel(f"{IREE_COMPILE} for {described}{FALLBACK_NOTE} (with aggressive "
-                          f"fusion, {reason})")
+        failures, last = [], [tried[0]]
+
+        def fallback(reason, flags):
+            failures.append(f"with {describe_flags(last[0])}, {reason}")
+            last[0] = flags
+            stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)} "
+                          f"({'; '.join(failures)})")
 
         data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch,
                                      on_fallback=fallback)

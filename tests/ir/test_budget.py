@@ -300,7 +300,7 @@ def test_tiny_budgets_and_chunks_on_iree(memory, bound, literal_n):
     against jax.grad of the unrolled loop. With a literal trip count: a module that
     IREE 3.13 compiles with default fusion only, and whose every call past the first
     chunk failed ("ref is null") while gathers from a `stablehlo.case`'s results
-    were fenced (`whilst/lowering/_iree_fusion.py`)."""
+    were fenced (`iree_limits/budget_chunk_stacks.py`)."""
     if literal_n is None:
         grad = jax.grad(functools.partial(sin_loss, bound=bound, gradient_memory=memory),
                         (0, 1))

@@ -187,29 +187,57 @@ def _vulkan_or_skip():
         pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {str(e)[:80]}")
 
 
-def test_vulkan_calls_give_the_cpu_results_through_staging_buffers():
+def vulkan_loss(x, w):
+    steps, y = whilst.while_loop(lambda i, y: jnp.sum(y) < 4.0,
+                                 lambda i, y: (i + 1, jnp.tanh(w * y) + 0.5), [0, x],
+                                 maximum_iterations=20)
+    return jnp.sum(y ** 2), steps
+
+
+VULKAN_ARGS = (np.linspace(0.1, 0.4, 4, dtype=np.float32), np.float32(0.7))
+
+
+@pytest.fixture(scope="module")
+def cpu_and_vulkan():
+    """A loop's value and gradient compiled for llvm-cpu and vulkan-spirv."""
+    _vulkan_or_skip()
+    fn = jax.value_and_grad(vulkan_loss, argnums=(0, 1), has_aux=True)
+    return whilst.compile(fn, *VULKAN_ARGS, target=["llvm-cpu", "vulkan-spirv"]).data
+
+
+def test_vulkan_calls_give_the_cpu_results_through_staging_buffers(cpu_and_vulkan):
     """On a Vulkan device (lavapipe in CI) results are not mappable by the host and
     come back through whilst's staging buffers: one copy per output, one wait per
     call (IREE's own transfer imported unaligned numpy memory, which Vulkan refuses).
     A loop's value and gradient, with numpy and with device arrays, match the CPU."""
-    _vulkan_or_skip()
-
-    def loss(x, w):
-        steps, y = whilst.while_loop(lambda i, y: jnp.sum(y) < 4.0,
-                                     lambda i, y: (i + 1, jnp.tanh(w * y) + 0.5), [0, x],
-                                     maximum_iterations=20)
-        return jnp.sum(y ** 2), steps
-
-    fn = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
-    x, w = np.linspace(0.1, 0.4, 4, dtype=np.float32), np.float32(0.7)
-    data = whilst.compile(fn, x, w, target=["llvm-cpu", "vulkan-spirv"]).data
-    cpu, gpu = load(data), load(data, driver="vulkan")
+    x, w = VULKAN_ARGS
+    cpu, gpu = load(cpu_and_vulkan), load(cpu_and_vulkan, driver="vulkan")
     want = jax.tree_util.tree_leaves(cpu.main(x, w))
     for got in (gpu.main(x, w), gpu.main.on_device(gpu.to_device(x), w)):
         got = jax.tree_util.tree_leaves(got)
         assert len(got) == len(want) == 4
         for g, c in zip(got, want):
             np.testing.assert_allclose(np.asarray(g), c, rtol=1e-5, atol=1e-6)
+
+
+def test_modules_move_to_the_new_device_that_replaces_a_lost_one(cpu_and_vulkan):
+    """After a device loss (iree_limits/vulkan_device_lost.py) whilst replaces the
+    driver's device; each module loaded on the lost one moves to the new one on its
+    next call and gives the same results; a DeviceArray of the lost device is refused."""
+    from whilst.runtime._devices import replace_lost
+
+    x, w = VULKAN_ARGS
+    want = jax.tree_util.tree_leaves(load(cpu_and_vulkan).main(x, w))
+    gpu = load(cpu_and_vulkan, driver="vulkan")
+    lost = gpu.device
+    on_lost = gpu.to_device(x)
+    replace_lost("vulkan", lost)
+    for got in (gpu.main(x, w), load(cpu_and_vulkan, driver="vulkan").main(x, w)):
+        for g, c in zip(jax.tree_util.tree_leaves(got), want):
+            np.testing.assert_allclose(np.asarray(g), c, rtol=1e-5, atol=1e-6)
+    assert gpu.device is not lost
+    with pytest.raises(ValueError, match="DeviceArray on another device"):
+        gpu.main.on_device(on_lost, w)
 
 
 def test_modules_of_one_driver_share_its_device(compiled, module):

@@ -28,6 +28,9 @@ MAX_GPU_UNROLL = 16
 # Scans in exported bodies unroll less: past 8 steps, iree-compile's time grows
 # faster than the run time falls (the Newton sample, `bench/NOTES.md`).
 MAX_SCAN_UNROLL = 8
+# Library loops nested in exported bodies that count to a bound unroll by it, up to
+# this (`_counted_loops.py`): diffrax's Tsit5 and Dopri5 stage loops count to 7.
+MAX_COUNTED_UNROLL = 8
 # Equations of the emitted body (k copies of cond and body) that automatic
 # unrolling aims to stay below: iree-compile's time grows with them. The ODE
 # sample's body (287 equations, one-hot selects included) unrolled 15 times took
@@ -90,7 +93,18 @@ def scan_unroll_factor(eqn) -> int:
     return _fitting_steps(body, [], min(eqn.params["length"], MAX_SCAN_UNROLL))
 
 
-def _fitting_steps(body: Jaxpr, others: list, most: int) -> int:
+def counted_unroll_factor(cond_jaxpr, body_jaxpr, bound: int) -> int:
+    """Steps per emitted iteration for a library loop nested in an exported body
+    that counts to `bound` (`_counted_loops.py`): `bound`, at most
+    MAX_COUNTED_UNROLL, where that many steps fit about WORK_PER_ITERATION elements
+    of work; 1 where `unroll_factor` would not unroll it. Its equations are not
+    weighed: one emitted iteration of all its steps is the point."""
+    cond_jaxpr, body_jaxpr = onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
+    return _fitting_steps(body_jaxpr.jaxpr, [cond_jaxpr.jaxpr], min(bound, MAX_COUNTED_UNROLL),
+                          weigh_equations=False)
+
+
+def _fitting_steps(body: Jaxpr, others: list, most: int, weigh_equations=True) -> int:
     """How many steps of `body` (and of the `others` run with it, a cond) fit one
     emitted iteration, at most `most` (see `unroll_factor`): 1 with effects, an
     index at a computed position, symbolic shapes or a carry over LARGE_CARRY_BYTES."""
@@ -103,7 +117,7 @@ def _fitting_steps(body: Jaxpr, others: list, most: int) -> int:
         return 1
     work, equations = sum(map(_work, jaxprs)), sum(map(_equations, jaxprs))
     return max(1, min(most, scaled(WORK_PER_ITERATION) // max(work, 1),
-                      MAX_UNROLLED_EQUATIONS // max(equations, 1)))
+                      MAX_UNROLLED_EQUATIONS // max(equations, 1) if weigh_equations else most))
 
 
 def _with_unrolled_scans(jaxpr: Jaxpr) -> Jaxpr:

@@ -38,7 +38,7 @@ def unroll_factors(stablehlo_text: str) -> list[int]:
 
     with ir.Context() as context:
         context.allow_unregistered_dialects = True
-        loops = ops_where(ir.Module.parse(stablehlo_text),
-                          lambda op: op.name == "stablehlo.while"
+        module = ir.Module.parse(stablehlo_text)  # alive while its ops are read
+        loops = ops_where(module, lambda op: op.name == "stablehlo.while"
                           and "whilst.unroll" in op.attributes)
         return [ir.IntegerAttr(op.attributes["whilst.unroll"]).value for op in loops]

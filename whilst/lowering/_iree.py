@@ -194,6 +194,13 @@ NO_CONST_EVAL = "--iree-opt-const-eval=false"
 # constants once, at load.
 NO_CONST_EXPR_HOISTING = "--iree-opt-const-expr-hoisting=false"
 
+# The source file that iree-compile 3.13's stack dump names for that crash (its
+# stream resource-usage analysis). Every flag set that keeps hoisting crashed so on
+# the modules that met it (aggressive and default fusion alike: diffrax's Tsit5 solve
+# and gradient with SaveAt ts), each after the whole flow phase, so `compile_module`
+# goes straight to a flag set without hoisting once one crashed there.
+HOISTING_CRASH_SOURCE = "ResourceUsage.cpp"
+
 
 def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -> list[str]:
     """iree-compile flags for one module that runs on each of `targets`.
@@ -270,13 +277,16 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
     gpu_arch)` that makes a module that can run: iree-compile accepts the module and
     `cannot_run` finds nothing against it. Returns `(vmfb bytes, that flag set)`.
+    Once a flag set crashes iree-compile in its stream resource-usage analysis
+    (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
 
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
     Flag sets without aggressive fusion compile `text` without the fences of its
     one-element gathers (`_iree_fusion.unfenced`).
-    `on_fallback(reason)` is called before each flag set after the first, with why
-    the one before failed, in one line ("iree-compile failed: ...").
+    `on_fallback(reason, flags)` is called before each flag set tried after the
+    first, with why the one tried before failed, in one line ("iree-compile failed:
+    ...", "iree-compile crashed in ..."), and the flag set it tries now.
 
     Raises:
       CompileError: no flag set made such a module; IREE's diagnostics, or what
@@ -285,9 +295,13 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     from iree.compiler import tools
 
     without_fences = None  # `unfenced(text)`, made once for the flag sets that need it
-    for k, flags in enumerate(flag_sets(targets, cpu, gpu_arch)):
-        if k and on_fallback is not None:
-            on_fallback(reason)
+    hoisting_crashed, tried, reason = False, 0, None
+    for flags in flag_sets(targets, cpu, gpu_arch):
+        if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
+            continue
+        if tried and on_fallback is not None:
+            on_fallback(reason, flags)
+        tried += 1
         args = [*flags, *extra_flags]
         if f"{AGGRESSIVE_FUSION}=true" in flags:
             source = text
@@ -303,11 +317,46 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             reason = error.split(". ")[0]
         except tools.CompilerToolError as e:
             error = f"iree-compile failed for targets {list(targets)}:\n{e}"
-            reason = f"iree-compile failed: {_first_error(str(e))}"
+            reason = _failure(str(e))
+            hoisting_crashed = hoisting_crashed or (
+                _crash_frame(str(e)) is not None and HOISTING_CRASH_SOURCE in str(e))
             if TIMEPOINT_COVERAGE in str(e):
                 error += NESTED_LOOPS_HINT
             error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
     raise CompileError(error) from None
+
+
+def describe_flags(flags) -> str:
+    """What a flag set of `flag_sets` changes, in words: "aggressive fusion" or
+    "default fusion", and ", no const-expr hoisting" where it has
+    NO_CONST_EXPR_HOISTING."""
+    fusion = "aggressive" if f"{AGGRESSIVE_FUSION}=true" in flags else "default"
+    return f"{fusion} fusion" + (", no const-expr hoisting"
+                                 if NO_CONST_EXPR_HOISTING in flags else "")
+
+
+def _failure(diagnostics: str) -> str:
+    """Why iree-compile failed, in one line: the function its stack dump names
+    first when it crashed, else its first error (`_first_error`)."""
+    frame = _crash_frame(diagnostics)
+    if frame is not None:
+        return f"iree-compile crashed in {frame}"
+    return f"iree-compile failed: {_first_error(diagnostics)}"
+
+
+# A frame of an LLVM stack dump that names an MLIR function:
+# " #4 0x00007fa7541a8fa3 mlir::iree_compiler::IREE::Stream::ResourceType::getLifetime() ..."
+_MLIR_FRAME = re.compile(r"^ *#\d+ 0x[0-9a-f]+ mlir::(?:iree_compiler::)?(?:IREE::)?([\w:]+)",
+                         re.MULTILINE)
+
+
+def _crash_frame(diagnostics: str) -> str | None:
+    """The innermost MLIR function of iree-compile's stack dump ("Stream::ResourceType::
+    getLifetime"), or None when it did not crash (or its dump names none)."""
+    if "Stack dump:" not in diagnostics:
+        return None
+    found = _MLIR_FRAME.search(diagnostics)
+    return found[1] if found else None
 
 
 def _first_error(diagnostics: str) -> str:

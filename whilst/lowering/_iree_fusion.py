@@ -43,10 +43,13 @@ it under aggressive fusion (`iree_limits/rereading_scatter.mlir`).
     scatter(buf, k, where(save, x, buf[k]))
       == scatter(buf, k, optimization_barrier(where(save, x, buf[k])))
 
-Only aggressive fusion needs the fences, and with the default fusion they made
-the gradients of diffrax's Tsit5 solves with SaveAt ts fail on every call ("ref
-is null ... hal.buffer.subspan"; `iree_limits/fenced_gathers_default_fusion.py`):
-`unfenced` removes them from the modules compiled without aggressive fusion.
+Only aggressive fusion needs the fences, and with the default fusion a fence
+on a gather from a `stablehlo.case`'s result makes modules that fail on every
+call ("ref is null ... hal.buffer.subspan": the gradients of diffrax's Tsit5
+solves with SaveAt ts, `iree_limits/fenced_gathers_default_fusion.py`, and a
+budget gradient past its first chunk, `iree_limits/budget_chunk_stacks.py`):
+`unfenced` removes the fences from the modules compiled without aggressive
+fusion.
 
 (Read with `stablehlo.dynamic_slice` instead, as before, the element cost a
 readback of its position per loop step: IREE 3.13 computes a slice's offset on
@@ -95,15 +98,10 @@ def small_stacks_as_selects(module) -> None:
 
 def fenced_point_gathers(module) -> None:
     """Pass the result of every gather of one element (`_point_gather`) of `module`
-    through a `stablehlo.optimization_barrier`, in place; except gathers from a
-    result of a `stablehlo.case`: with such barriers IREE 3.13 (default fusion)
-    compiles a budget gradient's module that fails on every call past its first
-    chunk, "ref is null" (`iree_limits/budget_chunk_stacks.py`)."""
+    through a `stablehlo.optimization_barrier` tagged FENCE_ATTR, in place."""
     from iree.compiler import ir
 
     for op in ops_where(module, _point_gather):
-        if getattr(op.operands[0].owner, "name", None) == "stablehlo.case":
-            continue
         value = op.results[0]
         users = [(use.owner, use.operand_number) for use in value.uses]
         with ir.InsertionPoint.after(op), op.location:

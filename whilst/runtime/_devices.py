@@ -14,6 +14,11 @@ On `cuda`, IREE 3.13's defaults cost every loop iteration dearly
 The flag is read when a driver is created, so whilst creates its own `cuda` driver
 with it off and sets it back to IREE's default afterwards. `tool_flags` gives the same
 settings as flags of IREE's tools (`iree-run-module`, `iree-benchmark-module`).
+
+A device that IREE reports lost (`VK_ERROR_DEVICE_LOST`: IREE 3.13's Vulkan driver
+signals a timeline value that lavapipe's timeline has already passed,
+iree_limits/vulkan_device_lost.py) fails every later call; `replace_lost` gives the
+driver a fresh device, and each module moves to it on its next call (`_loader`).
 """
 from __future__ import annotations
 
@@ -38,6 +43,19 @@ def tool_flags(driver: str) -> list[str]:
     return [*during, *(f"--device_allocator={spec}" for spec in allocators)]
 
 
+def is_lost(error: Exception) -> bool:
+    """Whether an IREE error says that its device was lost."""
+    return "DEVICE_LOST" in str(error)
+
+
+def replace_lost(driver: str, lost) -> None:
+    """Forget `lost` as `driver`'s device (if it still is), so that `device(driver)`
+    creates a new one."""
+    with _lock:
+        if _devices.get(driver) is lost:
+            del _devices[driver]
+
+
 def device(driver: str):
     """The `iree.runtime.HalDevice` whilst runs modules on with `driver` (created on
     first use; an exception from IREE if the driver finds no device)."""
@@ -53,6 +71,6 @@ def device(driver: str):
                 finally:
                     rt.flags.parse_flags(*after)
                 _devices[driver] = hal_driver.create_default_device(allocators=allocators)
-            else:
-                _devices[driver] = rt.get_device(driver)
+            else:  # a device of its own: `rt.get_device`'s is shared, and stays lost
+                _devices[driver] = rt.get_driver(driver).create_default_device()
         return _devices[driver]

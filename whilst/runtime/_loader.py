@@ -4,18 +4,20 @@ Needs only `iree-base-runtime` and numpy: no JAX, no compiler.
 """
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
 
 from whilst.runtime import signature as sig
-from whilst.runtime._devices import device
+from whilst.runtime._devices import device, is_lost, replace_lost
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
 from whilst.runtime._transfer import DeviceArray, raw_dtype, to_device, to_host
 from whilst.runtime.targets import DRIVERS
 
+_log = logging.getLogger("whilst.runtime")
 
 def _iree():
     import iree.runtime as rt
@@ -191,57 +193,82 @@ class Module:
         if driver not in available:
             raise LoadError(f"driver {driver!r} is not built into this IREE runtime; its "
                             f"drivers: {sorted(available)}. The module's targets: {targets}.")
+        self.driver = driver
         try:
-            self.device = device(driver)
-            self._config = rt.Config(device=self.device)
+            self._attach(body)
+        except LoadError:
+            raise
         except Exception as e:  # IREE maps its status codes to several exception types
             raise LoadError(f"driver {driver!r} found no usable device: {e}. Drivers built "
                             f"into this IREE runtime: {sorted(available)}; the module's "
                             f"targets: {targets}.") from None
-        self._vm_module = parse(self._config.vm_instance, body)
-        try:
-            self._context = rt.SystemContext(vm_modules=[self._vm_module], config=self._config)
-        except Exception as e:
-            raise LoadError(
-                f"the module cannot run with driver {driver!r}: {e}. The module's targets: "
-                f"{targets}. Choose the driver of one of them, or recompile it for this "
-                f"device.") from None
-        self.driver = driver
+        self._body = body
         self._lock = threading.Lock()
         self.functions = {name: Function(self, name, signature)
                           for name, signature in self.info.functions.items()}
-        self._vm_functions = {name: self._vm_module.lookup_function(name)
-                              for name in self.functions}
         # dtype -> the dtype this module's functions take and return it as.
         self._stored_as = {np.dtype(aval["dtype"]): np.dtype(sig.stored_dtype(aval))
                            for s in self.info.functions.values() if s is not None
                            for aval in (*s["input_avals"], *s["output_avals"])}
 
+    def _attach(self, body: bytes) -> None:
+        """Load the module's `body` into a VM context on its driver's current device."""
+        rt = _iree()
+        self.device = device(self.driver)
+        self._config = rt.Config(device=self.device)
+        self._vm_module = parse(self._config.vm_instance, body)
+        try:
+            self._context = rt.SystemContext(vm_modules=[self._vm_module], config=self._config)
+        except Exception as e:
+            raise LoadError(
+                f"the module cannot run with driver {self.driver!r}: {e}. The module's "
+                f"targets: {self.info.describe_targets()}. Choose the driver of one of "
+                f"them, or recompile it for this device.") from None
+        self._vm_functions = {name: self._vm_module.lookup_function(name)
+                              for name in self.info.functions}
+
     def _invoke(self, name, flat, dtypes, host: bool) -> list:
         """Call `name` with the input leaves `flat`; its outputs as numpy arrays of
-        `dtypes` (`host`), or as `DeviceArray`s (None: the buffers' own dtypes)."""
-        rt = _iree()
+        `dtypes` (`host`), or as `DeviceArray`s (None: the buffers' own dtypes).
+
+        A call whose device is lost is run once more on a fresh device (`_devices`),
+        unless an input lives on the lost device."""
         with self._lock:
+            if self.device is not device(self.driver):  # replaced after a loss
+                self._attach(self._body)
             try:
-                args = rt.VmVariantList(len(flat))
-                for leaf in flat:
-                    args.push_ref(leaf.buffer_view if isinstance(leaf, DeviceArray)
-                                  else to_device(self.device, leaf))
-                results = rt.VmVariantList(1)
-                self._context.vm_context.invoke(self._vm_functions[name], args, results)
-                views = _buffer_views(rt, results)
-                if dtypes is None:
-                    dtypes = [raw_dtype(v) for v in views]
-                if host:
-                    return to_host(self.device, views, dtypes)
-                return [DeviceArray(self.device, v, d) for v, d in zip(views, dtypes)]
-            except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
-                raise RunError(
-                    f"{name}: the IREE runtime failed while running this function on "
-                    f"{self.driver!r}: {str(e).splitlines()[0] if str(e) else e!r}. The "
-                    f"inputs matched its signature, so the compiled module itself cannot "
-                    f"run: please report it with the program that produced it (whilst "
-                    f"refuses the loop forms known to fail on IREE 3.13).") from e
+                return self._run(name, flat, dtypes, host)
+            except RunError as e:
+                if not is_lost(e) or any(isinstance(leaf, DeviceArray) for leaf in flat):
+                    raise
+                _log.warning("%s: the %s device was lost (%s); running the call again on "
+                             "a new device", name, self.driver, e.__cause__)
+                replace_lost(self.driver, self.device)
+                self._attach(self._body)
+                return self._run(name, flat, dtypes, host)
+
+    def _run(self, name, flat, dtypes, host: bool) -> list:
+        rt = _iree()
+        try:
+            args = rt.VmVariantList(len(flat))
+            for leaf in flat:
+                args.push_ref(leaf.buffer_view if isinstance(leaf, DeviceArray)
+                              else to_device(self.device, leaf))
+            results = rt.VmVariantList(1)
+            self._context.vm_context.invoke(self._vm_functions[name], args, results)
+            views = _buffer_views(rt, results)
+            if dtypes is None:
+                dtypes = [raw_dtype(v) for v in views]
+            if host:
+                return to_host(self.device, views, dtypes)
+            return [DeviceArray(self.device, v, d) for v, d in zip(views, dtypes)]
+        except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
+            raise RunError(
+                f"{name}: the IREE runtime failed while running this function on "
+                f"{self.driver!r}: {str(e).splitlines()[0] if str(e) else e!r}. The "
+                f"inputs matched its signature, so the compiled module itself cannot "
+                f"run: please report it with the program that produced it (whilst "
+                f"refuses the loop forms known to fail on IREE 3.13).") from e
 
     def to_device(self, array) -> DeviceArray:
         """A copy of a numpy array (or number) on this module's device, for inputs

@@ -1,0 +1,68 @@
+"""A library's loop nested in an exported body that counts to a small bound (diffrax's
+Runge-Kutta stages: a `lax.while_loop` in equinox's `custom_vjp`, tested on
+`stage < 7`) runs as a whilst loop unrolled by that bound
+(`whilst.ir._counted_loops`): one emitted iteration per run of the loop, not one per
+step, with the results of a plain Python loop."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+from whilst.lowering import unroll_factors
+
+TABLE = np.linspace(0.1, 0.7, 7 * 3, dtype=np.float32).reshape(7, 3)
+
+
+@jax.custom_vjp
+def stages(y):
+    """From a start the data picks (0 or 1, as diffrax's FSAL first stage) up to 7,
+    reading row i of a table: y <- y * TABLE[i] + 1."""
+    start = (y[0] > 1.0).astype(jnp.int32)
+    return jax.lax.while_loop(lambda c: c[0] < 7,
+                              lambda c: (c[0] + 1, c[1] * jnp.asarray(TABLE)[c[0]] + 1.0),
+                              (start, y))[1]
+
+
+stages.defvjp(lambda y: (stages(y), None), lambda _, g: (g,))
+
+
+def steps(y, n):
+    return whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, 0.5 * stages(y)),
+                             [0, y])[1]
+
+
+def python_steps(y, n):
+    for _ in range(n):
+        for i in range(int(y[0] > 1.0), 7):
+            y = y * TABLE[i] + 1.0
+        y = np.float32(0.5) * y
+    return y
+
+
+@pytest.fixture(scope="module")
+def exported():
+    return whilst.export(steps, np.ones(3, np.float32), np.int32(0))
+
+
+def test_the_counting_loop_is_unrolled_by_its_bound(exported):
+    # the outer loop (one step per iteration: its body holds a loop), the inner by 7
+    assert sorted(unroll_factors(exported.text)) == [1, 7]
+
+
+def test_library_loop_not_counting_stays_as_it_is():
+    def f(y, n):
+        inner = lambda y: jax.lax.while_loop(lambda y: y[0] < 7.0, lambda y: y * 2.0 + 1.0, y)
+        return whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, inner(y) / 8.0),
+                                 [0, y])[1]
+
+    assert unroll_factors(whilst.export(f, np.ones(3, np.float32), np.int32(0)).text) == [1]
+
+
+@pytest.mark.iree
+def test_unrolled_counting_loop_matches_python_on_iree(exported):
+    module = whilst.compile(exported).load()
+    y = np.full(3, 0.2, np.float32)
+    for y0, n in ((y, 0), (y, 3), (y * 10, 4)):  # starts 0, then 1 (y[0] > 1)
+        np.testing.assert_allclose(module.main(y0, np.int32(n)), python_steps(y0, n),
+                                   rtol=1e-5)
