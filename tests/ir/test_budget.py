@@ -13,8 +13,8 @@ import pytest
 
 import whilst
 from helpers import REPO, nested_sin_oracle, unrolled
-from whilst.ir import iter_loops
 from whilst._compile import FALLBACK_NOTE
+from whilst.ir import iter_loops
 from whilst.ir._xla_cpu_choice import portable_forms
 from whilst.lowering import compile_to_stream, loop_costs, prepare
 
@@ -298,9 +298,11 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
 def test_tiny_budgets_and_chunks_on_iree(memory, bound, literal_n):
     """Budgets of 64 bytes to 8 KiB compile and run on IREE, with a bound and without;
     against jax.grad of the unrolled loop. With a literal trip count: a module that
-    IREE 3.13 compiles with default fusion only, and whose every call past the first
-    chunk failed ("ref is null") while gathers from a `stablehlo.case`'s results
-    were fenced (`iree_limits/budget_chunk_stacks.py`)."""
+    IREE 3.13 compiled with default fusion only before its slot writes were fenced
+    (`iree_limits/rereading_scatter.mlir`), and whose every call past the first chunk
+    failed so ("ref is null") while gathers from a `stablehlo.case`'s results were
+    fenced (`iree_limits/budget_chunk_stacks.py`); it now compiles with aggressive
+    fusion, those gathers fenced."""
     if literal_n is None:
         grad = jax.grad(functools.partial(sin_loss, bound=bound, gradient_memory=memory),
                         (0, 1))
