@@ -110,7 +110,7 @@ def gradient(*patches):
 KEEP_FENCES = (iree_prep, "unfenced", lambda text: text)
 # The module as whilst compiled it before its slot writes were fenced: with the
 # default fusion, its fallback then (aggressive fusion failed, `rereading_scatter.mlir`).
-# With those fences kept, the second form runs right.
+# With those fences kept, the first form (third line below) runs right.
 BEFORE = [(iree_prep, "flag_sets", lambda *args, flag_sets=iree_prep.flag_sets, **kwargs:
            flag_sets(*args, **kwargs)[1:]),
           (fusion, "fenced_rereading_updates", lambda module: None)]
