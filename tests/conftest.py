@@ -1,10 +1,8 @@
-"""Test-wide settings: the compile caches (whilst's and JAX's persistent one) live in a
-temporary directory (never the user's ~/.cache), shared by the tests of one session, its
-pytest-xdist workers and their subprocesses; `$WHILST_TEST_CACHE_DIR` names another
-(`.ci/run` gives its JAX versions one: the same prepared module is the same compile
-whichever JAX traced it, see whilst/_cache.py). whilst's entries are written atomically,
-so workers share it safely; a JAX entry read while another worker writes it is a miss
-(JAX warns and compiles).
+"""Test-wide settings: the compile cache lives in a temporary directory (never the
+user's ~/.cache), shared by the tests of one session, its pytest-xdist workers and their
+subprocesses; `$WHILST_TEST_CACHE_DIR` names another (`.ci/run` gives its JAX versions
+one: the same prepared module is the same compile whichever JAX traced it, see
+whilst/_cache.py). Entries are written atomically, so workers share it safely.
 
 Tests that compile with IREE are marked `iree` (the file's `pytestmark` where all of
 them do, else the test's own decorator), the samples and the corpus `slow`; here, the
@@ -67,11 +65,11 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(trylast=True)   # after pytest's tmp_path_factory is made
 def pytest_configure(config):
-    """Both compile caches in one directory per test session: whilst's (IREE modules)
-    and JAX's persistent one (XLA:CPU executables of every size and compile time, so
-    that the programs tests jit or run eagerly again, in another test or another
-    worker, are compiled once; entries are keyed by JAX's version and the program).
-    Subprocesses the tests start find them through the environment."""
+    """whilst's compile cache (IREE modules) in one directory per test session, found
+    by its xdist workers and the subprocesses the tests start through the
+    environment. (JAX's persistent compilation cache is left off: for every size and
+    compile time it wrote each small program that eager tests dispatch, and the
+    suite ran slower.)"""
     where = os.environ.get("WHILST_TEST_CACHE_DIR")
     if not where:
         session = config._tmp_path_factory.getbasetemp()  # an xdist worker's: <session>/gwN
@@ -80,11 +78,3 @@ def pytest_configure(config):
         where = session / "whilst-cache"
     os.makedirs(where, exist_ok=True)
     os.environ["WHILST_CACHE_DIR"] = str(where)
-    jax_settings = {"jax_compilation_cache_dir": os.path.join(where, "jax"),
-                    "jax_persistent_cache_min_compile_time_secs": 0,
-                    "jax_persistent_cache_min_entry_size_bytes": 0}
-    import jax
-
-    for name, value in jax_settings.items():
-        os.environ[name.upper()] = str(value)
-        jax.config.update(name, value)

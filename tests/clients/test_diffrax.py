@@ -326,11 +326,15 @@ def test_vmapped_batch_of_1024_matches_diffrax_on_jax(dopri5_and_batch):
 def test_event_stops_the_solve_where_diffrax_on_jax_stops(dopri5_and_batch, steps):
     """The stop time and y of `adaptive_event_solve` and `fixed_step_event_solve`.
     (One function holding both solves failed on every call on IREE 3.13, "ref is
-    null ... hal.buffer.subspan"; not yet reduced.)"""
+    null ... hal.buffer.subspan"; not yet reduced.) Both stop at the same step; the
+    values agree to the adaptive solve's own tolerance, 1e-3: IREE runs diffrax's
+    Runge-Kutta stages unrolled (`whilst/ir/_counted_loops.py`) and sums them in
+    another order than XLA (1.4e-4 apart at the stop)."""
     solve = adaptive_event_solve if steps == "adaptive" else fixed_step_event_solve
+    rtol = 1e-3 if steps == "adaptive" else 1e-4
     for y0 in (Y0 * 0.95, Y0 * 0.93):
         t_want, y_want = jax.jit(solve)(y0, RATES)
         assert 0.1 < float(t_want) < 10.0
         assert float(y_want[0]) >= 11.0 if steps == "adaptive" else float(y_want[0]) <= 9.0
         t_got, y_got = getattr(dopri5_and_batch, f"{steps}_event")(y0, RATES)
-        np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=1e-4)
+        np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=rtol)
