@@ -104,12 +104,9 @@ def fenced_point_gathers(module) -> None:
     for op in ops_where(module, _point_gather):
         value = op.results[0]
         users = [(use.owner, use.operand_number) for use in value.uses]
-        with ir.InsertionPoint.after(op), op.location:
-            fence = ir.Operation.create("stablehlo.optimization_barrier",
-                                        results=[value.type], operands=[value])
-        fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
+        fenced = _fence(value, ir.InsertionPoint.after(op), op.location)
         for user, position in users:
-            user.operands[position] = fence.result
+            user.operands[position] = fenced
 
 
 def fenced_rereading_updates(module) -> None:
@@ -118,20 +115,22 @@ def fenced_rereading_updates(module) -> None:
     budget gradient's module fell back to the default fusion without them, which
     runs its chunk loops with several times the stored path's dispatches per
     iteration (bench/NOTES.md, issue 41)."""
-    for op in ops_where(module, _rereading_scatter):
-        _fence_operand(op, SCATTER_UPDATES)
-
-
-def _fence_operand(op, position) -> None:
-    """Make `op`'s operand `position` pass through a fence (`FENCE_ATTR`)."""
     from iree.compiler import ir
 
-    value = op.operands[position]
-    with ir.InsertionPoint(op), op.location:
+    for op in ops_where(module, _rereading_scatter):
+        op.operands[SCATTER_UPDATES] = _fence(op.operands[SCATTER_UPDATES],
+                                              ir.InsertionPoint(op), op.location)
+
+
+def _fence(value, insertion_point, location):
+    """`optimization_barrier(value)`, tagged FENCE_ATTR, made at `insertion_point`."""
+    from iree.compiler import ir
+
+    with insertion_point, location:
         fence = ir.Operation.create("stablehlo.optimization_barrier",
                                     results=[value.type], operands=[value])
     fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
-    op.operands[position] = fence.result
+    return fence.result
 
 
 SCATTER_UPDATES = 2  # the operand position of a one-operand scatter's updates

@@ -193,16 +193,15 @@ class Module:
         if driver not in available:
             raise LoadError(f"driver {driver!r} is not built into this IREE runtime; its "
                             f"drivers: {sorted(available)}. The module's targets: {targets}.")
-        self.driver = driver
+        self.driver, self._body = driver, body
         try:
-            self._attach(body)
+            self._attach()
         except LoadError:
             raise
         except Exception as e:  # IREE maps its status codes to several exception types
             raise LoadError(f"driver {driver!r} found no usable device: {e}. Drivers built "
                             f"into this IREE runtime: {sorted(available)}; the module's "
                             f"targets: {targets}.") from None
-        self._body = body
         self._lock = threading.Lock()
         self.functions = {name: Function(self, name, signature)
                           for name, signature in self.info.functions.items()}
@@ -211,12 +210,12 @@ class Module:
                            for s in self.info.functions.values() if s is not None
                            for aval in (*s["input_avals"], *s["output_avals"])}
 
-    def _attach(self, body: bytes) -> None:
-        """Load the module's `body` into a VM context on its driver's current device."""
+    def _attach(self) -> None:
+        """Load the module's body into a VM context on its driver's current device."""
         rt = _iree()
         self.device = device(self.driver)
         self._config = rt.Config(device=self.device)
-        self._vm_module = parse(self._config.vm_instance, body)
+        self._vm_module = parse(self._config.vm_instance, self._body)
         try:
             self._context = rt.SystemContext(vm_modules=[self._vm_module], config=self._config)
         except Exception as e:
@@ -235,7 +234,7 @@ class Module:
         unless an input lives on the lost device."""
         with self._lock:
             if self.device is not device(self.driver):  # replaced after a loss
-                self._attach(self._body)
+                self._attach()
             try:
                 return self._run(name, flat, dtypes, host)
             except RunError as e:
@@ -244,7 +243,7 @@ class Module:
                 _log.warning("%s: the %s device was lost (%s); running the call again on "
                              "a new device", name, self.driver, e.__cause__)
                 replace_lost(self.driver, self.device)
-                self._attach(self._body)
+                self._attach()
                 return self._run(name, flat, dtypes, host)
 
     def _run(self, name, flat, dtypes, host: bool) -> list:
