@@ -9,7 +9,8 @@ from whilst import _cache
 from whilst._files import write_file
 from whilst._stages import Stages
 from whilst.lowering import (
-    Exported, compile_module, describe_flags, export, flag_sets, prepare, target_metadata)
+    Exported, compile_module, describe_flags, export, flag_sets, has_aggressive_fusion,
+    has_loops_in_dispatch, prepare, target_metadata)
 from whilst.runtime.seal import seal
 
 
@@ -91,20 +92,21 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     for flags in tried:
         data = _cache.lookup(where, _cache.key(text, flags))
         if data is not None:
-            note = "" if flags == tried[0] else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
+            note = "" if has_aggressive_fusion(flags) else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
             stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
             return Compiled(data, tuple(targets), tuple(functions), stages.done)
     with stages(f"{IREE_COMPILE} for {described}") as stage:
-        failures, last = [], [tried[0]]
+        failures = []
 
         def fallback(reason, flags):
-            failures.append(f"with {describe_flags(last[0])}, {reason}")
-            last[0] = flags
+            failures.append(reason)
             stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)} "
                           f"({'; '.join(failures)})")
 
         data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch,
                                      on_fallback=fallback)
+        if not failures and has_loops_in_dispatch(flags):
+            stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)}")
         data = seal(data)
     _cache.store(where, _cache.key(text, flags), data)
     return Compiled(data, tuple(targets), tuple(functions), stages.done)

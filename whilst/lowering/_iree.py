@@ -50,6 +50,7 @@ from whilst.lowering._iree_loops import (
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_loop_results import loop_results_fenced
+from whilst.lowering._iree_loops_in_dispatch import DISABLE_DISTRIBUTION, loops_in_dispatch
 from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
@@ -241,12 +242,55 @@ def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
     34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
     int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
-    from those (`_iree_narrow_types`)."""
+    from those (`_iree_narrow_types`). Modules for llvm-cpu alone try first to run
+    their small loops inside one dispatch each (`LOOPS_IN_DISPATCH`, `source_for`)."""
     plain = compile_flags(targets, cpu, gpu_arch)
     unhoisted = [*plain, NO_CONST_EXPR_HOISTING]
     if "vulkan-spirv" in targets:
         return [plain, unhoisted]
-    return [compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True), plain, unhoisted]
+    fused = compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True)
+    in_dispatch = [[*fused, *LOOPS_IN_DISPATCH]] if tuple(targets) == ("llvm-cpu",) else []
+    return [*in_dispatch, fused, plain, unhoisted]
+
+
+# The flags of a module whose small loops run inside one dispatch each
+# (`_iree_loops_in_dispatch`): codegen in one workgroup, and no const-expr hoisting,
+# which would pass each constant expression of such a loop to its dispatch as a
+# buffer of its own (diffrax's solve: 35 bindings, past the runtime's 32).
+LOOPS_IN_DISPATCH = [DISABLE_DISTRIBUTION, NO_CONST_EXPR_HOISTING]
+
+# How long each iree-compile call of that flag set may run before `compile_module`
+# stops it and tries the next flag set: its codegen of one big dispatch can run away
+# (`iree_limits/remat_in_dispatch.py`), where the host-driven form compiles.
+LOOPS_IN_DISPATCH_SECONDS = 60
+
+
+def source_for(text: str, flags, memo=None) -> str | None:
+    """The module text `compile_module` compiles with `flags` (one of `flag_sets`):
+    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None when no
+    loop qualifies: that flag set is not tried), `text` itself for other flag sets
+    with aggressive fusion, and `unfenced(text)` for those without. `memo`, a dict,
+    keeps each form made once across calls."""
+    memo = {} if memo is None else memo
+    if has_loops_in_dispatch(flags):
+        kind, make = "in_dispatch", _with_loops_in_dispatch
+    elif has_aggressive_fusion(flags):
+        return text
+    else:
+        kind, make = "unfenced", unfenced
+    if kind not in memo:
+        memo[kind] = make(text)
+    return memo[kind]
+
+
+def _with_loops_in_dispatch(text: str) -> str | None:
+    from iree.compiler import ir
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        if not loops_in_dispatch(module):
+            return None
+        return module.operation.get_asm(enable_debug_info=False)
 
 
 def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
@@ -282,11 +326,12 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
-    Flag sets without aggressive fusion compile `text` without the fences of its
-    one-element gathers (`_iree_fusion.unfenced`).
+    Each flag set compiles its `source_for(text, flags)`, and is skipped where
+    that is None.
     `on_fallback(reason, flags)` is called before each flag set tried after the
-    first, with why the one tried before failed, in one line ("iree-compile failed:
-    ...", "iree-compile crashed in ..."), and the flag set it tries now.
+    first, with the one tried before and why it failed, in one line ("with
+    aggressive fusion, iree-compile failed: ...", "with default fusion, iree-compile
+    crashed in ..."), and the flag set it tries now.
 
     Raises:
       CompileError: no flag set made such a module; IREE's diagnostics, or what
@@ -294,26 +339,25 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     """
     from iree.compiler import tools
 
-    without_fences = None  # `unfenced(text)`, made once for the flag sets that need it
-    hoisting_crashed, tried, reason = False, 0, None
+    forms = {}  # `source_for`'s, each made once
+    hoisting_crashed, tried, reason = False, [], None
     for flags in flag_sets(targets, cpu, gpu_arch):
         if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
             continue
+        source = source_for(text, flags, forms)
+        if source is None:
+            continue
         if tried and on_fallback is not None:
-            on_fallback(reason, flags)
-        tried += 1
+            on_fallback(f"with {describe_flags(tried[-1])}, {reason}", flags)
+        tried.append(flags)
         args = [*flags, *extra_flags]
-        if f"{AGGRESSIVE_FUSION}=true" in flags:
-            source = text
-        else:
-            source = without_fences = without_fences or unfenced(text)
+        seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
         try:
-            sources = tools.compile_str(source,
-                                        extra_args=[*args, f"--compile-to={SOURCES_PHASE}"])
+            sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
             error = cannot_run(sources, targets)
             if error is None:
-                return tools.compile_str(
-                    sources, extra_args=[*args, f"--compile-from={SOURCES_PHASE}"]), flags
+                return _iree_compile(
+                    sources, [*args, f"--compile-from={SOURCES_PHASE}"], seconds), flags
             reason = error.split(". ")[0]
         except tools.CompilerToolError as e:
             error = f"iree-compile failed for targets {list(targets)}:\n{e}"
@@ -326,11 +370,47 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     raise CompileError(error) from None
 
 
+def has_aggressive_fusion(flags) -> bool:
+    """Whether a flag set of `flag_sets` has aggressive fusion on."""
+    return f"{AGGRESSIVE_FUSION}=true" in flags
+
+
+def _iree_compile(source, args, seconds=None) -> bytes:
+    """`tools.compile_str(source, extra_args=args)`, with iree-compile stopped past
+    `seconds` (CompilerToolError: "iree-compile ran past N s")."""
+    import subprocess
+
+    from iree.compiler.tools import CompilerToolError, core
+
+    if seconds is None:
+        return core.compile_str(source, extra_args=args)
+    with core.TempFileSaver.implicit() as saver:
+        command = core.build_compile_command_line(
+            "-", saver, core.CompilerOptions(extra_args=list(args)))
+    data = source.encode() if isinstance(source, str) else source
+    try:
+        process = subprocess.run(command, input=data, capture_output=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process = subprocess.CompletedProcess(
+            command, -9, b"", f"error: iree-compile ran past {seconds} s, stopped".encode())
+    if process.returncode:
+        raise CompilerToolError(process)
+    return process.stdout
+
+
+def has_loops_in_dispatch(flags) -> bool:
+    """Whether a flag set of `flag_sets` is LOOPS_IN_DISPATCH's."""
+    return DISABLE_DISTRIBUTION in flags
+
+
 def describe_flags(flags) -> str:
     """What a flag set of `flag_sets` changes, in words: "aggressive fusion" or
-    "default fusion", and ", no const-expr hoisting" where it has
+    "default fusion", and ", small loops in one dispatch each" for
+    LOOPS_IN_DISPATCH, else ", no const-expr hoisting" where it has
     NO_CONST_EXPR_HOISTING."""
-    fusion = "aggressive" if f"{AGGRESSIVE_FUSION}=true" in flags else "default"
+    fusion = "aggressive" if has_aggressive_fusion(flags) else "default"
+    if has_loops_in_dispatch(flags):
+        return f"{fusion} fusion, small loops in one dispatch each"
     return f"{fusion} fusion" + (", no const-expr hoisting"
                                  if NO_CONST_EXPR_HOISTING in flags else "")
 
@@ -417,13 +497,18 @@ def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=Non
     module's stages say whether it did (`FALLBACK_NOTE`, `whilst/_compile.py`)."""
     from iree.compiler import tools
 
+    forms = {}
     *first, last = flag_sets(targets, cpu, gpu_arch)
     for flags in first:
+        source = source_for(text, flags, forms)
+        if source is None:
+            continue
         try:
-            return tools.compile_str(text, extra_args=[*flags, "--compile-to=stream"]).decode()
+            return tools.compile_str(source, extra_args=[*flags, "--compile-to=stream"]).decode()
         except tools.CompilerToolError:
             continue
-    return tools.compile_str(text, extra_args=[*last, "--compile-to=stream"]).decode()
+    return tools.compile_str(source_for(text, last, forms),
+                             extra_args=[*last, "--compile-to=stream"]).decode()
 
 
 def stream_copy_sizes(stream_text: str) -> list[int | None]:

@@ -1,0 +1,168 @@
+"""Loops over a few numbers compiled for llvm-cpu run whole inside one dispatch
+(`whilst.lowering._iree_loops_in_dispatch`): no loop is left for the host to step,
+and every program gives its plain Python loop's results, on both CPU drivers. Wide
+loops, large states and modules for other targets keep host-driven loops."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+from whilst.lowering import (
+    compile_to_stream, flag_sets, has_loops_in_dispatch, loop_costs, prepare, source_for)
+
+pytestmark = pytest.mark.iree
+
+f32, i32, u32 = np.float32, np.int32, np.uint32
+TABLE = np.linspace(0.5, 1.5, 6, dtype=f32)
+
+
+def newton_sqrt(a):
+    """x <- (x + a / x) / 2 until |x * x - a| <= 1e-5 a (at most 50 steps)."""
+    return jax.lax.while_loop(
+        lambda c: (jnp.abs(c[0] * c[0] - a) > 1e-5 * a) & (c[1] < 50),
+        lambda c: ((c[0] + a / c[0]) / 2, c[1] + 1), (a, 0))
+
+
+def newton_sqrt_python(a):
+    x, steps = np.float32(a), 0
+    while abs(x * x - a) > np.float32(1e-5) * a and steps < 50:
+        x, steps = (x + a / x) / np.float32(2), steps + 1
+    return x, steps
+
+
+def collatz(n):
+    """Steps of the Collatz map to 1, and whether an odd number above n was met."""
+    return whilst.lax.while_loop(
+        lambda c: c[0] != 1,
+        lambda c: (jnp.where(c[0] % 2 == 0, c[0] // 2, 3 * c[0] + 1), c[1] + 1,
+                   c[2] | ((c[0] % 2 == 1) & (c[0] > n))), (n, 0, False))
+
+
+def collatz_python(n):
+    m, steps, odd_above = int(n), 0, False
+    while m != 1:
+        odd_above = odd_above or (m % 2 == 1 and m > n)
+        m, steps = (m // 2 if m % 2 == 0 else 3 * m + 1), steps + 1
+    return m, steps, odd_above
+
+
+def xorshift(x, n):
+    """n rounds of xorshift32 on an unsigned state."""
+    def body(i, x):
+        x = x ^ (x << 13)
+        x = x ^ (x >> 17)
+        return x ^ (x << 5)
+    return whilst.lax.fori_loop(0, n, body, x)
+
+
+def xorshift_python(x, n):
+    x = np.array(x, u32)
+    for _ in range(int(n)):
+        x = x ^ (x << u32(13))
+        x = x ^ (x >> u32(17))
+        x = x ^ (x << u32(5))
+    return x
+
+
+def grow(m, limit):
+    """m <- m @ [[1, 1], [0, 1]] * TABLE[i % 6] until its largest entry passes limit."""
+    def body(c):
+        m, i = c
+        return m @ jnp.array([[1.0, 1.0], [0.0, 1.0]], f32) * jnp.asarray(TABLE)[i % 6], i + 1
+    return jax.lax.while_loop(lambda c: jnp.max(c[0]) <= limit, body, (m, 0))
+
+
+def grow_python(m, limit):
+    m, i = np.array(m, f32), 0
+    while m.max() <= limit:
+        m, i = m @ np.array([[1.0, 1.0], [0.0, 1.0]], f32) * TABLE[i % 6], i + 1
+    return m, i
+
+
+def nested(y, n, scale):
+    """n outer steps, each halving y then doubling it while its sum is below `scale`."""
+    def inner(y):
+        return jax.lax.while_loop(lambda y: jnp.sum(y) < scale, lambda y: y * 2.0, y)
+    return whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, inner(y * 0.5) + 0.1),
+                             [0, y])[1]
+
+
+def nested_python(y, n, scale):
+    y = np.array(y, f32)
+    for _ in range(int(n)):
+        y = y * f32(0.5)
+        while y.sum() < scale:
+            y = y * f32(2.0)
+        y = y + f32(0.1)
+    return y
+
+
+CASES = {  # name -> (fn, example args, [(args, oracle's results)])
+    "newton_sqrt": (newton_sqrt, (f32(2.0),),
+                    [((f32(a),), newton_sqrt_python(f32(a))) for a in (2.0, 1.0, 1e4)]),
+    "collatz": (collatz, (i32(6),), [((i32(n),), collatz_python(n)) for n in (6, 1, 27)]),
+    "xorshift": (xorshift, (np.ones(3, u32), i32(5)),
+                 [((np.array([1, 7, 2 ** 31], u32), i32(n)),
+                   (xorshift_python([1, 7, 2 ** 31], n),)) for n in (0, 5, 100)]),
+    "grow": (grow, (np.eye(2, dtype=f32), f32(10.0)),
+             [((np.eye(2, dtype=f32) * s, f32(limit)), grow_python(np.eye(2) * s, limit))
+              for s, limit in [(1.0, 10.0), (0.5, 1e3), (20.0, 10.0)]]),
+    "nested": (nested, (np.ones(3, f32), i32(4), f32(5.0)),
+               [((np.array(y, f32), i32(n), f32(s)), (nested_python(y, n, s),))
+                for y, n, s in [([1, 2, 3], 4, 5.0), ([0.1, 0.2, 0.1], 7, 3.0),
+                                ([1, 1, 1], 0, 2.0)]]),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    exports = [whilst.export(fn, *args, name=name) for name, (fn, args, _) in CASES.items()]
+    return prepare(exports), whilst.compile(exports)
+
+
+def test_small_loops_leave_no_loop_for_the_host(compiled):
+    text, module = compiled
+    assert module.stages[-1][0] == (
+        "iree-compile for llvm-cpu (host) with aggressive fusion, small loops in one "
+        "dispatch each")
+    assert loop_costs(compile_to_stream(text)) == []
+
+
+@pytest.mark.parametrize("driver", ["local-sync", "local-task"])
+@pytest.mark.parametrize("name", CASES)
+def test_small_loops_in_a_dispatch_match_python(compiled, name, driver):
+    run = compiled[1].load(driver)[name]
+    for args, want in CASES[name][2]:
+        got = jax.tree_util.tree_leaves(run(*args))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            if np.asarray(w).dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=1e-5)
+            else:
+                np.testing.assert_array_equal(g, w)
+
+
+def in_dispatch_form(fn, *args, targets=("llvm-cpu",)):
+    """The module text whilst tries first for `targets` with loops in dispatches, or
+    None where it has no such flag set or no loop qualifies."""
+    sets = [f for f in flag_sets(targets) if has_loops_in_dispatch(f)]
+    return sets and source_for(prepare([whilst.export(fn, *args)]), sets[0])
+
+
+def test_wide_loops_and_large_states_stay_on_the_host():
+    def sines(x, n):  # whilst unrolls it: 16 steps over 64 floats per iteration
+        return whilst.lax.while_loop(lambda c: c[0] < n,
+                                     lambda c: (c[0] + 1, jnp.sin(c[1]) * 0.9 + 0.1), (0, x))[1]
+
+    assert in_dispatch_form(sines, np.ones(64, f32), i32(3)) is None
+    assert in_dispatch_form(sines, np.ones(4, f32), i32(3)) is not None
+    big_state = lambda x: jax.lax.while_loop(lambda x: x[0] < 1.0, lambda x: x + 0.1, x)
+    assert in_dispatch_form(big_state, np.zeros(2048, f32)) is None
+    assert in_dispatch_form(big_state, np.zeros(8, f32)) is not None
+
+
+def test_only_modules_for_llvm_cpu_alone_run_loops_in_dispatches():
+    loop = lambda x: jax.lax.while_loop(lambda x: x < 1.0, lambda x: x + 0.1, x)
+    for targets in [("llvm-cpu", "cuda"), ("vulkan-spirv",), ("cuda",)]:
+        assert not in_dispatch_form(loop, f32(0.0), targets=targets)
