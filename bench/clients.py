@@ -33,8 +33,7 @@ from _step_counts import per_outer_iteration, runtime_counts  # noqa: E402
 from _timing import blocking, fmt_ratio, fmt_time, measure, table  # noqa: E402
 from iree.compiler import tools  # noqa: E402
 from whilst._compile import FALLBACK_NOTE  # noqa: E402
-from whilst.lowering import flag_sets, prepare  # noqa: E402
-from whilst.lowering._iree_fusion import unfenced  # noqa: E402
+from whilst.lowering import has_loops_in_dispatch, prepare, source_for  # noqa: E402
 
 # The optimistix programs the client tests check (tests/clients/test_optimistix.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
@@ -95,18 +94,10 @@ CASES = {   # name -> (fn, args)
 
 
 def stream_phase(fn, args, compiled) -> str:
-    """`fn`'s module at iree-compile's stream phase, with the flag sets
-    `whilst.compile` chose among for `compiled` (with or without aggressive fusion)."""
-    text = prepare([whilst.export(fn, *args)])
-    first, *fallbacks = flag_sets(("llvm-cpu",))
-    fell_back = FALLBACK_NOTE in compiled.stages[-1][0]
-    source = unfenced(text) if fell_back else text
-    for flags in fallbacks if fell_back else [first]:
-        try:
-            return tools.compile_str(source, extra_args=[*flags, "--compile-to=stream"]).decode()
-        except tools.CompilerToolError as error:
-            failure = error
-    raise failure
+    """`fn`'s module at iree-compile's stream phase, as `whilst.compile` compiled it
+    into `compiled` (its flags and the module text they take)."""
+    text = source_for(prepare([whilst.export(fn, *args)]), compiled.flags)
+    return tools.compile_str(text, extra_args=[*compiled.flags, "--compile-to=stream"]).decode()
 
 
 def fmt_count(value) -> str:
@@ -132,7 +123,8 @@ def main():
                       zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
         jax_time = measure({"jax": blocking(jitted, *call_args)})["jax"].median
         iree_time = measure({"iree": lambda: module.main(*call_args)})["iree"].median
-        fallback = " (default fusion)" if FALLBACK_NOTE in compiled.stages[-1][0] else ""
+        fallback = (" (default fusion)" if FALLBACK_NOTE in compiled.stages[-1][0] else
+                    " (loops in dispatches)" if has_loops_in_dispatch(compiled.flags) else "")
         counts = per_outer_iteration(stream_phase(fn, call_args, compiled), "main",
                                      *runtime_counts(compiled.data, "main", call_args))
         rows.append([name, f"{seconds:.1f}{fallback}", "yes" if matches else "NO",

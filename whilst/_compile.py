@@ -22,14 +22,17 @@ class Compiled:
     Attributes:
       stages: `[(label, seconds), ...]` of the stages that made it; the last is
         "iree-compile for ..." or, from the compile cache, "compile cache hit for ...".
+      flags: the iree-compile flags it was compiled with (one of
+        `whilst.lowering.flag_sets`; its module text is `source_for(text, flags)`).
     """
 
     def __init__(self, data: bytes, targets: tuple[str, ...], functions: tuple[str, ...],
-                 stages: list[tuple[str, float]] = ()):
+                 stages: list[tuple[str, float]] = (), flags: tuple[str, ...] = ()):
         self.data = data
         self.targets = targets
         self.functions = functions
         self.stages = list(stages)
+        self.flags = tuple(flags)
 
     def __bytes__(self) -> bytes:
         return self.data
@@ -94,7 +97,7 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
         if data is not None:
             note = "" if has_aggressive_fusion(flags) else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
             stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
-            return Compiled(data, tuple(targets), tuple(functions), stages.done)
+            return Compiled(data, tuple(targets), tuple(functions), stages.done, flags)
     with stages(f"{IREE_COMPILE} for {described}") as stage:
         failures = []
 
@@ -109,7 +112,7 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
             stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)}")
         data = seal(data)
     _cache.store(where, _cache.key(text, flags), data)
-    return Compiled(data, tuple(targets), tuple(functions), stages.done)
+    return Compiled(data, tuple(targets), tuple(functions), stages.done, flags)
 
 
 IREE_COMPILE = "iree-compile"

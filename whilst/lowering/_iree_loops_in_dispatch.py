@@ -147,13 +147,15 @@ def _into_dispatch(loop) -> None:
                 v.owner == loop for v in user.operands):
             _unwrap(user)
     used = [i for i, result in enumerate(loop.results) if list(result.uses)]
+    types = [ir.RankedTensorType(loop.results[i].type) for i in used]
     with ir.InsertionPoint(loop), loop.location:
         region = ir.Operation.create(
-            "flow.dispatch.region", results=[loop.results[i].type for i in used],
+            "flow.dispatch.region", results=[_signless(t) for t in types],
             attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}, regions=2)
         block = region.regions[0].blocks.append()
-    for i, result in zip(used, region.results):
-        loop.results[i].replace_all_uses_with(result)
+        outs = [_as(result, t) for result, t in zip(region.results, types)]
+    for i, out in zip(used, outs):
+        loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
     for barrier in ops_where(loop, lambda op: op.name == "stablehlo.optimization_barrier"):
         _unwrap(barrier)
@@ -164,7 +166,8 @@ def _into_dispatch(loop) -> None:
     location = loop.location
     results = _over_vectors(loop)
     with ir.InsertionPoint(block), location:
-        ir.Operation.create("flow.return", operands=[results[i] for i in used])
+        ir.Operation.create("flow.return", operands=[
+            _as(results[i], _signless(t)) for i, t in zip(used, types)])
 
 
 def _scalar_bitcasts(loop) -> None:
@@ -253,6 +256,26 @@ def _over_vectors(loop) -> list:
         old.replace_all_uses_with(result)
     loop.erase()
     return results
+
+
+def _signless(tensor):
+    """`tensor`'s type with unsigned integers as signless (IREE converts the types of
+    the ops it lowers, not those of a dispatch region's results)."""
+    from iree.compiler import ir
+
+    element = tensor.element_type
+    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).is_unsigned:
+        width = ir.IntegerType(element).width
+        return ir.RankedTensorType.get(tensor.shape, ir.IntegerType.get_signless(width))
+    return tensor
+
+
+def _as(value, tensor):
+    """`value` as tensor type `tensor` (`_convert`), or itself where it has that type."""
+    from iree.compiler import ir
+
+    return value if value.type == tensor else _convert(value, tensor,
+                                                       ir.RankedTensorType(value.type))
 
 
 def _storage(tensor):
