@@ -2,7 +2,7 @@
 (issue 10).
 
 Each program is exported and prepared once; then each flag variant (whilst's
-first flag set, `whilst.lowering.flag_sets`, plus the variant's extra flags;
+first host-driven flag set, `whilst.lowering.flag_sets`, plus the variant's extra flags;
 a later flag overrides an earlier one) is compiled `--rounds` times, variants
 interleaved, as `whilst.compile(..., cache=False)` compiles (one iree-compile
 process). Printed per program and variant: executables in the module (the
@@ -30,7 +30,7 @@ from iree.compiler import tools
 import whilst
 from _timing import fmt_time, machine, measure, table, write_json
 from iree_vs_jax import PROGRAMS, _allclose
-from whilst.lowering import flag_sets, prepare
+from whilst.lowering import flag_sets, has_loops_in_dispatch, prepare
 from whilst.runtime import load
 from whilst.runtime.seal import seal
 
@@ -58,7 +58,7 @@ def timed_compile(text: str, flags: list[str]) -> tuple[bytes, float, float]:
 
 def run_program(p, variants: dict[str, list[str]], rounds: int, run: bool) -> dict:
     text = prepare([whilst.export(p.fn, *p.args, name="main")])
-    base = flag_sets(("llvm-cpu",))[0]
+    base = next(f for f in flag_sets(("llvm-cpu",)) if not has_loops_in_dispatch(f))
     flags = {name: [*base, *extra] for name, extra in variants.items()}
     row = {"program": p.name, "variants": {}}
     for name, f in flags.items():

@@ -179,6 +179,7 @@ def test_a_fallback_for_a_module_that_cannot_run_says_so():
     assert len(reasons) == len(flag_sets(("llvm-cpu",))) - 1, reasons
     for reason in reasons:
         assert re.fullmatch(
+            r"with (aggressive|default) fusion[\w ,-]*, "
             r"iree-compile would make a module for targets \['llvm-cpu'\] that cannot run: "
             r"1 dispatch over the IREE runtime's limit of 32 buffer bindings per dispatch on "
             r"llvm-cpu \(\w+: \d+ bindings\)", reason), reasons
