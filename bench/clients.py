@@ -11,7 +11,7 @@ iterations in one call) the dispatches, command-buffer submissions and readbacks
 of the call's loops on IREE (`_step_counts`: dispatches and submissions counted
 by IREE's profiler, readbacks from the stream phase).
 
-    EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...]
+    EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...] [--loops-in-dispatch]
 """
 from __future__ import annotations
 
@@ -107,6 +107,8 @@ def fmt_count(value) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument("--loops-in-dispatch", action="store_true",
+                        help="whilst.compile(..., loops_in_dispatch=True)")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(CASES)
     rows = []
@@ -115,7 +117,8 @@ def main():
         jitted = jax.jit(fn)
         want = jax.block_until_ready(jitted(*call_args))
         t = time.perf_counter()
-        compiled = whilst.compile(fn, *call_args, cache=False)
+        compiled = whilst.compile(fn, *call_args, cache=False,
+                                  loops_in_dispatch=args.loops_in_dispatch)
         seconds = time.perf_counter() - t
         module = compiled.load("local-sync")
         got = module.main(*call_args)

@@ -79,7 +79,7 @@ def every_loop_in_dispatch(text: str) -> tuple[str, list[str]]:
 
 
 def main():
-    sets = flag_sets(("llvm-cpu",))
+    sets = flag_sets(("llvm-cpu",), loops_in_dispatch=True)
     host = [f for f in sets if not has_loops_in_dispatch(f)]   # as compile_module tries them
     in_dispatch = next(f for f in sets if has_loops_in_dispatch(f))
     rows = []

@@ -28,7 +28,8 @@ from whilst.lowering import _iree_loops_in_dispatch as in_dispatch  # noqa: E402
 def main():
     args = np.array([10.0, 10.0], np.float32), np.array([0.1, 0.02, 0.4, 0.02], np.float32)
     text = prepare([whilst.export(solve, *args)])
-    flags = next(f for f in flag_sets(("llvm-cpu",)) if has_loops_in_dispatch(f))
+    flags = next(f for f in flag_sets(("llvm-cpu",), loops_in_dispatch=True)
+                 if has_loops_in_dispatch(f))
     commute = in_dispatch._scalar_bitcasts
     for label, rewrite in [("bitcasts commuted", commute), ("as exported", lambda loop: None)]:
         in_dispatch._scalar_bitcasts = rewrite

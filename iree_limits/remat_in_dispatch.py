@@ -41,7 +41,8 @@ def main():
     seconds = parser.parse_args().seconds
     text = prepare([whilst.export(jax.grad(loss, argnums=1), np.ones(2, np.float32),
                                   np.float32(0.7))])
-    flags = next(f for f in flag_sets(("llvm-cpu",)) if has_loops_in_dispatch(f))
+    flags = next(f for f in flag_sets(("llvm-cpu",), loops_in_dispatch=True)
+                 if has_loops_in_dispatch(f))
     for role in ("forward", "gradient"):
         with ir.Context(), ir.Location.unknown():
             module = ir.Module.parse(text)

@@ -77,7 +77,7 @@ def prepare_stage(exports, targets, cpu="host", gpu_arch=None, stages=None) -> s
 
 
 def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cache=None,
-                  stages=None) -> Compiled:
+                  stages=None, loops_in_dispatch=False) -> Compiled:
     """Stage 3: iree-compile `text` (or take it from the compile cache) and seal it.
 
     Cache entries are keyed by the flags they were compiled with: the first of
@@ -86,7 +86,7 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     """
     stages = stages or Stages()
     where = _cache.directory(cache)
-    tried = flag_sets(targets, cpu, gpu_arch)
+    tried = flag_sets(targets, cpu, gpu_arch, loops_in_dispatch)
     described = ", ".join(f"{m['name']}" + (f" ({m['arch']})" if m["arch"] else "")
                           for m in target_metadata(targets, cpu, gpu_arch))
     if "vulkan-spirv" in targets and {"cuda", "rocm"} & set(targets):
@@ -107,7 +107,7 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
                           f"({'; '.join(failures)})")
 
         data, flags = compile_module(text, targets=targets, cpu=cpu, gpu_arch=gpu_arch,
-                                     on_fallback=fallback)
+                                     on_fallback=fallback, loops_in_dispatch=loops_in_dispatch)
         if not failures and has_loops_in_dispatch(flags):
             stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)}")
         data = seal(data)
@@ -126,7 +126,7 @@ _CACHED_FALLBACK = ("(cached when aggressive fusion failed; cache=False or --no-
 
 
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,
-            name="main", cache=None, progress=None) -> Compiled:
+            name="main", cache=None, progress=None, loops_in_dispatch=False) -> Compiled:
     """Compile a function (or an `Exported`, or a list of them) for IREE.
 
     `whilst.compile(f, x)` runs three stages: `export(f, x)`, IREE preparation
@@ -150,6 +150,11 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
         True, its duration in seconds; a compile cache hit is reported only so).
         The stages are also logged at INFO level to the `whilst` logger, silent
         unless the application configures logging.
+      loops_in_dispatch: for a module for llvm-cpu alone, first try to run each of
+        its loops whole inside one dispatch (`whilst.lowering.
+        _iree_loops_in_dispatch`: loops over a few numbers, such as solvers'; every
+        loop of the module must qualify), then the usual flag sets. Opt-in while
+        it is new.
 
     Returns:
       A `Compiled`; its `stages` lists each stage with its duration.
@@ -169,4 +174,4 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
             exports = [export(fn_or_export, *example_args, name=name, targets=targets)]
     text = prepare_stage(exports, targets, cpu, gpu_arch, stages)
     return compile_stage(text, [e.name for e in exports], targets, cpu, gpu_arch, cache,
-                         stages)
+                         stages, loops_in_dispatch)

@@ -1,7 +1,8 @@
-"""Loops over a few numbers compiled for llvm-cpu run whole inside one dispatch
-(`whilst.lowering._iree_loops_in_dispatch`): no loop is left for the host to step,
-and every program gives its plain Python loop's results, on both CPU drivers. Wide
-loops, large states and modules for other targets keep host-driven loops."""
+"""Loops over a few numbers compiled for llvm-cpu with `loops_in_dispatch=True` run
+whole inside one dispatch (`whilst.lowering._iree_loops_in_dispatch`): no loop is
+left for the host to step, and every program gives its plain Python loop's results,
+on both CPU drivers. Wide loops, large states and modules for other targets keep
+host-driven loops."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -118,13 +119,14 @@ CASES = {  # name -> (fn, example args, [(args, oracle's results)])
 @pytest.fixture(scope="module")
 def compiled():
     exports = [whilst.export(fn, *args, name=name) for name, (fn, args, _) in CASES.items()]
-    return prepare(exports), whilst.compile(exports)
+    return prepare(exports), whilst.compile(exports, loops_in_dispatch=True)
 
 
 def test_small_loops_leave_no_loop_for_the_host(compiled):
     text, module = compiled
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
-    assert loop_costs(compile_to_stream(text)) == []
+    assert loop_costs(compile_to_stream(text, loops_in_dispatch=True)) == []
+    assert loop_costs(compile_to_stream(text)) != []     # opt-in
 
 
 @pytest.mark.parametrize("driver", ["local-sync", "local-task"])
@@ -144,7 +146,7 @@ def test_small_loops_in_a_dispatch_match_python(compiled, name, driver):
 def in_dispatch_form(fn, *args, targets=("llvm-cpu",)):
     """The module text whilst tries first for `targets` with loops in dispatches, or
     None where it has no such flag set or no loop qualifies."""
-    sets = [f for f in flag_sets(targets) if has_loops_in_dispatch(f)]
+    sets = [f for f in flag_sets(targets, loops_in_dispatch=True) if has_loops_in_dispatch(f)]
     return sets and source_for(prepare([whilst.export(fn, *args)]), sets[0])
 
 

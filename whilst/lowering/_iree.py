@@ -235,21 +235,23 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
     return flags
 
 
-def flag_sets(targets, cpu="host", gpu_arch=None) -> list[list[str]]:
+def flag_sets(targets, cpu="host", gpu_arch=None, loops_in_dispatch=False) -> list[list[str]]:
     """The `compile_flags` that `compile_module` tries, in order: with aggressive
     fusion first, then without it, then also without const-expr hoisting
     (`NO_CONST_EXPR_HOISTING`). On a GPU each dispatch is a kernel launch, and
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
     34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
     int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
-    from those (`_iree_narrow_types`). Modules for llvm-cpu alone try first to run
-    their small loops inside one dispatch each (`LOOPS_IN_DISPATCH`, `source_for`)."""
+    from those (`_iree_narrow_types`). With `loops_in_dispatch`, modules for
+    llvm-cpu alone try first to run their small loops inside one dispatch each
+    (`LOOPS_IN_DISPATCH`, `source_for`)."""
     plain = compile_flags(targets, cpu, gpu_arch)
     unhoisted = [*plain, NO_CONST_EXPR_HOISTING]
     if "vulkan-spirv" in targets:
         return [plain, unhoisted]
     fused = compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True)
-    in_dispatch = [[*fused, *LOOPS_IN_DISPATCH]] if tuple(targets) == ("llvm-cpu",) else []
+    in_dispatch = ([[*fused, *LOOPS_IN_DISPATCH]]
+                   if loops_in_dispatch and tuple(targets) == ("llvm-cpu",) else [])
     return [*in_dispatch, fused, plain, unhoisted]
 
 
@@ -284,11 +286,17 @@ def source_for(text: str, flags, memo=None) -> str | None:
 
 
 def _with_loops_in_dispatch(text: str) -> str | None:
+    """`text` with its loops in dispatches, or None unless every loop moved: a loop
+    left to the host in such a module (LOOPS_IN_DISPATCH's flags, no const-expr
+    hoisting with aggressive fusion) made modules that fail on every call ("ref is
+    null ... hal.buffer.subspan": the vmapped batch of 1024 diffrax solves beside
+    small loops, `tests/clients/test_diffrax.py`)."""
     from iree.compiler import ir
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        if not loops_in_dispatch(module):
+        if not loops_in_dispatch(module) or ops_where(
+                module, lambda op: op.name == "stablehlo.while"):
             return None
         return module.operation.get_asm(enable_debug_info=False)
 
@@ -317,9 +325,11 @@ SOURCES_PHASE = "executable-sources"
 
 
 def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
-                   extra_flags=(), on_fallback=None) -> tuple[bytes, list[str]]:
+                   extra_flags=(), on_fallback=None,
+                   loops_in_dispatch=False) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
-    gpu_arch)` that makes a module that can run: iree-compile accepts the module and
+    gpu_arch, loops_in_dispatch)` that makes a module that can run: iree-compile
+    accepts the module and
     `cannot_run` finds nothing against it. Returns `(vmfb bytes, that flag set)`.
     Once a flag set crashes iree-compile in its stream resource-usage analysis
     (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
@@ -341,7 +351,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
     forms = {}  # `source_for`'s, each made once
     hoisting_crashed, tried, reason = False, [], None
-    for flags in flag_sets(targets, cpu, gpu_arch):
+    for flags in flag_sets(targets, cpu, gpu_arch, loops_in_dispatch):
         if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
             continue
         source = source_for(text, flags, forms)
@@ -489,7 +499,8 @@ def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     return compile_module(text, targets, cpu, gpu_arch, extra_flags)[0]
 
 
-def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None) -> str:
+def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
+                      loops_in_dispatch=False) -> str:
     """The module after IREE's stream phase (`--compile-to=stream`) with the first
     of `flag_sets` that iree-compile takes up to that phase, as text. `compile_module`
     may still fall back from that flag set on a failure past the stream phase (llvm-cpu
@@ -498,7 +509,7 @@ def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=Non
     from iree.compiler import tools
 
     forms = {}
-    *first, last = flag_sets(targets, cpu, gpu_arch)
+    *first, last = flag_sets(targets, cpu, gpu_arch, loops_in_dispatch)
     for flags in first:
         source = source_for(text, flags, forms)
         if source is None:
