@@ -11,11 +11,16 @@ passes by luck. Gradients of counted loops that end before a full unrolled
 iteration meet it (`iree_limits/zero_trip_loop_result.mlir`).
 
 IREE leaves a buffer that an op it cannot see through reads to its reference
-count, so `loop_results_fenced` passes the results of each `stablehlo.while`
-through one `stablehlo.optimization_barrier` right after the loop. The barrier
-copies nothing; the buffers are released when their last reference goes. Results
-of dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of a
-barrier's results ("'tensor.dim' op unexpected during shape cleanup").
+count, so `loop_results_fenced` passes each result of each `stablehlo.while`
+through a `stablehlo.optimization_barrier` of its own right after the loop. The
+barriers copy nothing; the buffers are released when their last reference goes.
+Results of dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of
+a barrier's results ("'tensor.dim' op unexpected during shape cleanup").
+
+One barrier holding all of a loop's results made, with aggressive fusion, modules
+that fail on every call ("ref is null ... hal.buffer.subspan") when a carry starts
+from a copy of `distinct_loop_inits` (diffrax's event-stopped Tsit5 solve through
+its own loops; `iree_limits/loop_results_in_one_barrier.mlir`).
 """
 from __future__ import annotations
 
@@ -23,17 +28,15 @@ from whilst.lowering._ir_walk import ops_where
 
 
 def loop_results_fenced(module) -> None:
-    """Every `stablehlo.while` of `module` (nested ones included) has its results of
-    static shape replaced by those of one optimization barrier placed after it
-    (unused ones too: IREE frees those as well)."""
+    """Every `stablehlo.while` of `module` (nested ones included) has each of its
+    results of static shape replaced by that of an optimization barrier of its own,
+    placed after it (unused ones too: IREE frees those as well)."""
     from iree.compiler import ir
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
-        if not results:
-            continue
         with ir.InsertionPoint.after(loop), loop.location:
-            barrier = ir.Operation.create("stablehlo.optimization_barrier",
-                                          results=[r.type for r in results], operands=results)
-        for old, new in zip(results, barrier.results):
-            old.replace_all_uses_except(new, barrier)
+            for result in results:
+                barrier = ir.Operation.create("stablehlo.optimization_barrier",
+                                              results=[result.type], operands=[result])
+                result.replace_all_uses_except(barrier.result, barrier)
