@@ -17,10 +17,11 @@ barriers copy nothing; the buffers are released when their last reference goes.
 Results of dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of
 a barrier's results ("'tensor.dim' op unexpected during shape cleanup").
 
-One barrier holding all of a loop's results made, with aggressive fusion, modules
-that fail on every call ("ref is null ... hal.buffer.subspan") when a carry starts
-from a copy of `distinct_loop_inits` (diffrax's event-stopped Tsit5 solve through
-its own loops; `iree_limits/loop_results_in_one_barrier.mlir`).
+One barrier holding all of a loop's results fails to compile when the loop carries
+its previous state ("failed to legalize unresolved source materialization",
+`iree_limits/loop_results_in_one_barrier.mlir`), and made, with aggressive fusion,
+modules that fail on every call ("ref is null ... hal.buffer.subspan": diffrax's
+event-stopped Tsit5 solve through its own loops, `loop_results_in_one_barrier.py`).
 """
 from __future__ import annotations
 
