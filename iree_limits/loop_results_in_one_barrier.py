@@ -1,27 +1,28 @@
 """IREE 3.13 (llvm-cpu, aggressive fusion): diffrax's event-stopped Tsit5 solve
 through diffrax's own loops (`lax.while_loop`s, its default
 `RecursiveCheckpointAdjoint`) fails on every call ("ref is null; while invoking
-native function hal.buffer.subspan") when the results of its step loop pass through
-one `stablehlo.optimization_barrier` together, the form `loop_results_fenced`
-(whilst/lowering/_iree_loop_results.py) had; each result behind a barrier of its own
-(its form now), the module runs. The default fusion ran either form. With one
-barrier, the failure needs ten of the step loop's 37 results in it together, one of
-them a carry that starts from a copy of `distinct_loop_inits`
-(whilst/lowering/_iree_loops.py): without those copies, or with fewer results in the
-barrier, it runs. This script compiles the module both ways and prints
+native function hal.buffer.subspan") when all the results of its step loop pass
+through one `stablehlo.optimization_barrier` (the form `loop_results_fenced`,
+whilst/lowering/_iree_loop_results.py, had for every loop). The failure needs, in
+that barrier, a result whose carry starts from a copy of `distinct_loop_inits`
+(whilst/lowering/_iree_loops.py; the step loop has two) together with nine of the
+other 35 results, used and unused ones: without the copies, with fewer results in
+the barrier, or with the copies' results behind barriers of their own (whilst's form
+now) the module runs. The default fusion ran every form. One function holding both
+event solves of `tests/clients/test_diffrax.py` through `WhilstAdjoint` failed the
+same way. This script compiles the module both ways and prints
 
     one barrier        failed: main: the IREE runtime failed ... ref is null ...
-    barrier per result (Array(2.5869288, ...), array([8.697555, 5.70798 ], ...))
+    copies apart       (array(2.5869288, ...), array([8.697555, 5.70798 ], ...))
     want (JAX)         (Array(2.545524, ...), Array([8.702844 , 5.7616386], ...))
 
 (the stop times differ by float32 rounding of the first steps' error estimates;
-README, "diffrax"). `loop_results_in_one_barrier.mlir` is a smaller loop whose
-results in one barrier make iree-compile fail instead.
+README, "diffrax").
 
     python iree_limits/loop_results_in_one_barrier.py   (needs diffrax)
 
 By hand: `--save DIR` writes the prepared module with one barrier as
-DIR/loop_results_in_one_barrier.mlir, then
+DIR/loop_results_in_one_barrier.mlir (2,100 lines; smaller cuts of it ran), then
 
     iree-compile DIR/loop_results_in_one_barrier.mlir --iree-input-type=stablehlo \\
       --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu \\
@@ -93,5 +94,5 @@ if __name__ == "__main__":
     parser.add_argument("--save", metavar="DIR")
     save = parser.parse_args().save
     print("one barrier       ", solve(True, save))
-    print("barrier per result", solve(False))
+    print("copies apart      ", solve(False))
     print("want (JAX)        ", jax.jit(event_solve)(Y0, RATES))

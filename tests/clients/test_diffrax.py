@@ -188,7 +188,8 @@ def test_event_stopped_solve_on_own_loops_stops_where_diffrax_on_jax_stops(own_l
                                                                              own_loops):
     """`adaptive_event_solve` through diffrax's own loops: its step loop's results,
     all behind one optimization barrier, made with aggressive fusion a module that
-    failed on every call ("ref is null ... hal.buffer.subspan"); each behind its own
+    failed on every call ("ref is null ... hal.buffer.subspan"); with the results of
+    the carries that start from copies behind barriers of their own
     (`whilst/lowering/_iree_loop_results.py`,
     iree_limits/loop_results_in_one_barrier.py), it runs. The stop time and y agree
     to the solve's tolerance, as `test_event_stops_the_solve_where_diffrax_on_jax_stops`."""
