@@ -23,7 +23,8 @@ The results of carries that start from a copy of `distinct_loop_inits` go throug
 a barrier each of their own: in that one barrier with the others, they made, with
 aggressive fusion, modules that fail on every call ("ref is null ...
 hal.buffer.subspan": diffrax's event-stopped Tsit5 solve through its own loops,
-`iree_limits/loop_results_in_one_barrier.py`).
+`iree_limits/loop_results_in_one_barrier.py`). Such a result that nothing reads
+is so left unfenced; its carry starts from a buffer of its own (the copy).
 """
 from __future__ import annotations
 
