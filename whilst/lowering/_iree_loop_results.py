@@ -24,7 +24,7 @@ a barrier each of their own: in that one barrier with the others, they made, wit
 aggressive fusion, modules that fail on every call ("ref is null ...
 hal.buffer.subspan": diffrax's event-stopped Tsit5 solve through its own loops,
 `iree_limits/loop_results_in_one_barrier.py`). Such a result that nothing reads
-is so left unfenced; its carry starts from a buffer of its own (the copy).
+is so left unfenced (its barrier is erased), as before the zero-trip fix.
 """
 from __future__ import annotations
 
