@@ -12,6 +12,7 @@ import pytest
 diffrax = pytest.importorskip("diffrax")
 
 import whilst  # noqa: E402
+from whilst._compile import FALLBACK_NOTE  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
 from whilst.lowering import unroll_factors  # noqa: E402
 
@@ -152,12 +153,18 @@ BATCH = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
 # --- On IREE ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def own_loops():
+def own_loops_compiled():
     """diffrax's `lax.while_loop`s (step loop, SaveAt loop, carries the bodies never
-    read) through `whilst.compile` as they are: one module of three functions."""
+    read) through `whilst.compile` as they are: one module of four functions."""
     return whilst.compile([whilst.export(lv_solve, Y0, RATES, name="lv"),
                            whilst.export(batch_solve, BATCH, RATES, name="batch"),
-                           whilst.export(neural_ode, Y0 / 10, WEIGHTS, name="node")]).load()
+                           whilst.export(neural_ode, Y0 / 10, WEIGHTS, name="node"),
+                           whilst.export(adaptive_event_solve, Y0, RATES, name="event")])
+
+
+@pytest.fixture(scope="module")
+def own_loops(own_loops_compiled):
+    return own_loops_compiled.load()
 
 
 @pytest.mark.iree
@@ -174,6 +181,24 @@ def test_vmapped_batch_and_neural_ode_on_own_loops(own_loops):
     for y0 in (Y0 / 10, Y0 / 20):
         np.testing.assert_allclose(own_loops.node(y0, WEIGHTS),
                                    jax.jit(neural_ode)(y0, WEIGHTS), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_event_stopped_solve_on_own_loops_stops_where_diffrax_on_jax_stops(own_loops_compiled,
+                                                                             own_loops):
+    """`adaptive_event_solve` through diffrax's own loops: its step loop's results,
+    all behind one optimization barrier, made with aggressive fusion a module that
+    failed on every call ("ref is null ... hal.buffer.subspan"); with the results of
+    the carries that start from copies behind barriers of their own
+    (`whilst/lowering/_iree_loop_results.py`,
+    iree_limits/loop_results_in_one_barrier.py), it runs. The stop time and y agree
+    to the solve's tolerance, as `test_event_stops_the_solve_where_diffrax_on_jax_stops`."""
+    assert FALLBACK_NOTE not in own_loops_compiled.stages[-1][0], own_loops_compiled.stages
+    for y0 in (Y0 * 0.95, Y0 * 0.93):
+        t_want, y_want = jax.jit(adaptive_event_solve)(y0, RATES)
+        assert 0.1 < float(t_want) < 10.0 and float(y_want[0]) >= 11.0
+        t_got, y_got = own_loops.event(y0, RATES)
+        np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=1e-3)
 
 
 @pytest.mark.iree
@@ -326,7 +351,8 @@ def test_vmapped_batch_of_1024_matches_diffrax_on_jax(dopri5_and_batch):
 def test_event_stops_the_solve_where_diffrax_on_jax_stops(dopri5_and_batch, steps):
     """The stop time and y of `adaptive_event_solve` and `fixed_step_event_solve`.
     (One function holding both solves failed on every call on IREE 3.13, "ref is
-    null ... hal.buffer.subspan"; not yet reduced.) Both stop at the same step; the
+    null ... hal.buffer.subspan", while the step loops' results passed through one
+    barrier: iree_limits/loop_results_in_one_barrier.py.) Both stop at the same step; the
     values agree to the adaptive solve's own tolerance, 1e-3: IREE runs diffrax's
     Runge-Kutta stages unrolled (`whilst/ir/_counted_loops.py`) and sums them in
     another order than XLA (1.4e-4 apart at the stop)."""

@@ -12,28 +12,49 @@ iteration meet it (`iree_limits/zero_trip_loop_result.mlir`).
 
 IREE leaves a buffer that an op it cannot see through reads to its reference
 count, so `loop_results_fenced` passes the results of each `stablehlo.while`
-through one `stablehlo.optimization_barrier` right after the loop. The barrier
-copies nothing; the buffers are released when their last reference goes. Results
-of dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of a
-barrier's results ("'tensor.dim' op unexpected during shape cleanup").
+through one `stablehlo.optimization_barrier` right after the loop, unused ones too
+(a barrier of unused results alone would be erased, and IREE frees those as well:
+the inner loop of corpus `nested_forward` on local-task). The barrier copies
+nothing; the buffers are released when their last reference goes. Results of
+dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of a barrier's
+results ("'tensor.dim' op unexpected during shape cleanup").
+
+The results of carries that start from a copy of `distinct_loop_inits` go through
+a barrier each of their own: in that one barrier with the others, they made, with
+aggressive fusion, modules that fail on every call ("ref is null ...
+hal.buffer.subspan": diffrax's event-stopped Tsit5 solve through its own loops,
+`iree_limits/loop_results_in_one_barrier.py`). Such a result that nothing reads
+is so left unfenced (its barrier is erased), as before the zero-trip fix.
 """
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_loops import DISTINCT_INIT_ATTR
 
 
 def loop_results_fenced(module) -> None:
     """Every `stablehlo.while` of `module` (nested ones included) has its results of
-    static shape replaced by those of one optimization barrier placed after it
-    (unused ones too: IREE frees those as well)."""
+    static shape replaced by those of optimization barriers placed after it: one
+    for each result whose carry starts from a `distinct_loop_inits` copy, one for
+    all the others."""
     from iree.compiler import ir
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
-        if not results:
-            continue
+        copied = [r for r in results if _starts_from_copy(loop, r.result_number)]
+        rest = [r for r in results if r not in copied]
         with ir.InsertionPoint.after(loop), loop.location:
-            barrier = ir.Operation.create("stablehlo.optimization_barrier",
-                                          results=[r.type for r in results], operands=results)
-        for old, new in zip(results, barrier.results):
-            old.replace_all_uses_except(new, barrier)
+            for group in [[r] for r in copied] + ([rest] if rest else []):
+                barrier = ir.Operation.create("stablehlo.optimization_barrier",
+                                              results=[r.type for r in group],
+                                              operands=group)
+                for old, new in zip(group, barrier.results):
+                    old.replace_all_uses_except(new, barrier)
+
+
+def _starts_from_copy(loop, index) -> bool:
+    """Whether carry `index` of `loop` starts from a `distinct_loop_inits` copy."""
+    from iree.compiler import ir
+
+    owner = loop.operands[index].owner
+    return not isinstance(owner, ir.Block) and DISTINCT_INIT_ATTR in owner.operation.attributes

@@ -39,9 +39,15 @@ def _is_boolean(element) -> bool:
     return isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1
 
 
+# Tags the copies `distinct_loop_inits` makes (`_iree_loop_results` fences the results
+# of the carries that start from them apart).
+DISTINCT_INIT_ATTR = "whilst.distinct_init"
+
+
 def distinct_loop_inits(module) -> None:
     """Canonicalize and CSE `module` (as IREE will), then give each `stablehlo.while`
-    operand that repeats an earlier tensor operand of the same loop its own copy."""
+    operand that repeats an earlier tensor operand of the same loop its own copy,
+    tagged DISTINCT_INIT_ATTR."""
     from iree.compiler import ir, passmanager
 
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module.operation)
@@ -51,7 +57,9 @@ def distinct_loop_inits(module) -> None:
             if ir.RankedTensorType(value.type).rank == 0:
                 continue
             if value in seen:
-                loop.operands[index] = _opaque_copy(value, loop, index)
+                copy = _opaque_copy(value, loop, index)
+                copy.owner.attributes[DISTINCT_INIT_ATTR] = ir.UnitAttr.get()
+                loop.operands[index] = copy
             seen.add(value)
 
 
