@@ -269,8 +269,8 @@ LOOPS_IN_DISPATCH_SECONDS = 60
 
 def source_for(text: str, flags, memo=None) -> str | None:
     """The module text `compile_module` compiles with `flags` (one of `flag_sets`):
-    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None when no
-    loop qualifies: that flag set is not tried), `text` itself for other flag sets
+    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None unless
+    every loop moves: that flag set is not tried), `text` itself for other flag sets
     with aggressive fusion, and `unfenced(text)` for those without. `memo`, a dict,
     keeps each form made once across calls."""
     memo = {} if memo is None else memo
@@ -329,8 +329,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                    loops_in_dispatch=False) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
     gpu_arch, loops_in_dispatch)` that makes a module that can run: iree-compile
-    accepts the module and
-    `cannot_run` finds nothing against it. Returns `(vmfb bytes, that flag set)`.
+    accepts the module and `cannot_run` finds nothing against it. Returns `(vmfb
+    bytes, that flag set)`.
     Once a flag set crashes iree-compile in its stream resource-usage analysis
     (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
 
