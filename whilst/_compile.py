@@ -95,7 +95,8 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
     for flags in tried:
         data = _cache.lookup(where, _cache.key(text, flags))
         if data is not None:
-            note = "" if has_aggressive_fusion(flags) else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
+            first = flags == tried[0] or has_aggressive_fusion(flags)
+            note = "" if first else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
             stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
             return Compiled(data, tuple(targets), tuple(functions), stages.done, flags)
     with stages(f"{IREE_COMPILE} for {described}") as stage:
