@@ -16,14 +16,17 @@ Differentiated, a choice is its portable form's: the jvp of a choice with
 non-zero tangents is that of `portable`, in line (so reverse mode transposes
 plain code), and one with only zero tangents (integer code) stays a choice.
 Checkified (`jax.experimental.checkify`), a choice is its portable form, in line,
-with that form's checks.
+with that form's checks; one whose arguments and results are all integers or
+booleans (whilst's checkpoint schedules, whose float arithmetic cannot fail) stays a
+choice, unchecked.
 """
 from __future__ import annotations
 
 from functools import partial
 
 import jax
-from jax.extend.core import Primitive
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Primitive
 from jax.interpreters import ad, batching, mlir
 
 from whilst._jax_compat import (
@@ -43,14 +46,30 @@ def xla_cpu_choice(xla_cpu, portable, *args) -> list:
       TypeError: a form has effects (such as `jax.debug.callback`; naming a
         `jax.shard_map` axis is none).
     """
-    avals = [jax.typeof(x) for x in args]
-    jaxprs = [trace_closed(fn, avals, name) for fn, name in
-              [(xla_cpu, "xla_cpu_form"), (portable, "portable_form")]]
+    return bind_choice(choice_forms(xla_cpu, portable, [jax.typeof(x) for x in args]), *args)
+
+
+def choice_forms(xla_cpu, portable, avals) -> tuple[ClosedJaxpr, ClosedJaxpr]:
+    """The two forms of `xla_cpu_choice(xla_cpu, portable, *args)` traced for
+    arguments of `avals`, for `bind_choice` (code that makes the same choice
+    many times traces it once).
+
+    Raises:
+      TypeError: a form has effects (see `xla_cpu_choice`).
+    """
+    jaxprs = tuple(trace_closed(fn, avals, name) for fn, name in
+                   [(xla_cpu, "xla_cpu_form"), (portable, "portable_form")])
     effects = {e for j in jaxprs for e in j.effects if not isinstance(e, NamedAxisEffect)}
     if effects:
         raise TypeError(f"xla_cpu_choice: forms without effects only; found {effects}. "
                         f"Call the portable form alone.")
-    return xla_cpu_choice_p.bind(*args, xla_cpu=jaxprs[0], portable=jaxprs[1])
+    return jaxprs
+
+
+def bind_choice(forms: tuple[ClosedJaxpr, ClosedJaxpr], *args) -> list:
+    """`xla_cpu_choice` of the forms `choice_forms` traced, on `args` of its avals."""
+    xla_cpu, portable = forms
+    return xla_cpu_choice_p.bind(*args, xla_cpu=xla_cpu, portable=portable)
 
 
 def xla_cpu_choice_jvp(primals, tangents, *, xla_cpu, portable):
@@ -73,7 +92,13 @@ def xla_cpu_choice_batching(args, dims, *, xla_cpu, portable):
 
 
 def xla_cpu_choice_error_check(ctx, error, enabled_errors, *args, xla_cpu, portable):
+    if not any(map(_inexact, [*portable.in_avals, *portable.out_avals])):
+        return error, xla_cpu_choice_p.bind(*args, xla_cpu=xla_cpu, portable=portable)
     return checkify_jaxpr(ctx, portable, enabled_errors, error, *args)
+
+
+def _inexact(aval) -> bool:
+    return np.issubdtype(aval.dtype, np.inexact)
 
 
 xla_cpu_choice_p.def_impl(lambda *args, **params: apply_primitive(

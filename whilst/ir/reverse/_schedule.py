@@ -74,11 +74,12 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from whilst.ir._xla_cpu_choice import xla_cpu_choice
+from whilst.ir._xla_cpu_choice import bind_choice, choice_forms
 
 EMPTY = int(np.iinfo(np.int32).max)   # the step of a slot that holds nothing
 SPLIT_EXACT_UP_TO = 1 << 24           # segments longer than this get valid, non-optimal splits
@@ -241,10 +242,18 @@ def split_loop(L, s, K: int):
 def split(L, s, K: int):
     """`split_py` for the gradient While: `split_loop` under jax.jit on XLA:CPU,
     `split_jnp` elsewhere (`xla_cpu_choice`): XLA counts a loop body's flops once."""
+    L, s = jnp.asarray(L, np.int32), jnp.asarray(s, np.int32)
+    return bind_choice(_split_forms(K, jax.typeof(L), jax.typeof(s)), L, s)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _split_forms(K: int, L_aval, s_aval):
+    """`split`'s two forms, traced once per `K` and argument types: a gradient While
+    computes splits in several places, and a higher-order gradient retraces them
+    many times."""
     def form(fn):
         return lambda L, s: [fn(L, s, K)]
-    return xla_cpu_choice(form(split_loop), form(split_jnp), jnp.asarray(L, np.int32),
-                          jnp.asarray(s, np.int32))[0]
+    return choice_forms(form(split_loop), form(split_jnp), [L_aval, s_aval])
 
 
 # ------------------------------------------------------------ online forward policy
@@ -321,14 +330,22 @@ def policy_step_jnp(step, state, pos, K: int, xla_cpu: bool = False):
 def policy_step(step, state, pos, K: int):
     """`policy_step_jnp` for the forward While, in its XLA:CPU form under jax.jit on
     CPU (`xla_cpu_choice`)."""
+    args = [step, *state, pos]
+    save, slot, *state, pos = bind_choice(
+        _policy_step_forms(K, *[jax.typeof(x) for x in args]), *args)
+    return save, slot, state, pos
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_step_forms(K: int, *avals):
+    """`policy_step`'s two forms, traced once per `K` and argument types."""
     def form(xla_cpu):
         def step_fn(step, scalars, levels, disp, pos):
             save, slot, state, pos = policy_step_jnp(step, [scalars, levels, disp], pos, K,
                                                      xla_cpu)
             return [save, slot, *state, pos]
         return step_fn
-    save, slot, *state, pos = xla_cpu_choice(form(True), form(False), step, *state, pos)
-    return save, slot, state, pos
+    return choice_forms(form(True), form(False), avals)
 
 
 def forward_slots_py(n: int, K: int) -> list[int]:
