@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
+from whilst.ir import MAX_SCHEDULED_CHECKPOINTS
 
 P = collections.namedtuple("P", "a, b")
 
@@ -203,6 +204,29 @@ def test_checkpoints_are_bounded_by_the_memory_they_would_take():
         whilst.while_loop(ok_cond, ok_body, [0, jnp.ones(4)], checkpoints=2**30)
     with pytest.raises(ValueError, match="checkpoints must be at most 2147483647"):
         whilst.while_loop(ok_cond, ok_body, [0, jnp.ones(2)], checkpoints=2**40)
+    # More than the schedule keeps, where they do not cover maximum_iterations.
+    for bound in (None, 2 * 10**9):
+        with pytest.raises(ValueError, match=rf"checkpoints must be at most 65534 where they "
+                                             rf"do not cover the loop's maximum_iterations "
+                                             rf"\({bound}\); found 1000000000\."):
+            whilst.while_loop(ok_cond, ok_body, [0, 1.0], checkpoints=10**9,
+                              maximum_iterations=bound)
+
+
+def test_checkpoints_that_cover_the_bound_store_every_step_and_the_most_scheduled_run():
+    def f(x, **options):
+        return whilst.while_loop(lambda i, y: i < 5, lambda i, y: (i + 1, jnp.sin(y) * y),
+                                 [0, x], **options)[1]
+
+    def unrolled(x):
+        for _ in range(5):
+            x = jnp.sin(x) * x
+        return x
+
+    want = jax.grad(unrolled)(0.7)
+    for options in [dict(checkpoints=10**9, maximum_iterations=7),
+                    dict(checkpoints=MAX_SCHEDULED_CHECKPOINTS)]:
+        np.testing.assert_allclose(jax.grad(lambda x: f(x, **options))(0.7), want, rtol=1e-6)
 
 
 def test_64_bit_numpy_carries_without_x64_never_wrap_and_warn_when_rounded():

@@ -13,7 +13,8 @@ import jax
 from jax import core as jax_core
 from jax.tree_util import keystr
 
-from whilst.ir import UNBOUNDED, Checkpointed, gradient_policy, stores_every_step
+from whilst.ir import (
+    MAX_SCHEDULED_CHECKPOINTS, UNBOUNDED, Checkpointed, gradient_policy, stores_every_step)
 
 
 def path_name(root: str, path) -> str:
@@ -279,8 +280,9 @@ MAX_GRADIENT_MEMORY = 2**34
 
 def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
     """Refuse `checkpoints=K` (a `Checkpointed(K)` policy) whose K copies of the loop
-    variables exceed 16 GiB; K at least the loop's static bound stores every step
-    instead (`stores_every_step`) and is not refused."""
+    variables exceed 16 GiB, or above MAX_SCHEDULED_CHECKPOINTS; K at least the
+    loop's static bound stores every step instead (`stores_every_step`) and is not
+    refused."""
     if not isinstance(gradient, Checkpointed) or stores_every_step(gradient, static_bound):
         return
     checkpoints = gradient.checkpoints
@@ -294,4 +296,11 @@ def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
             f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows: at most "
             f"checkpoints={largest} for these loop_vars. Pass far fewer, e.g. "
             f"checkpoints={max(1, largest // 1024)}: recomputation grows only "
+            f"logarithmically as they shrink.")
+    if checkpoints > MAX_SCHEDULED_CHECKPOINTS:
+        raise ValueError(
+            f"while_loop: checkpoints must be at most {MAX_SCHEDULED_CHECKPOINTS} where they "
+            f"do not cover the loop's maximum_iterations ({static_bound}); found "
+            f"{checkpoints}. To store every step, pass maximum_iterations=N and "
+            f"checkpoints=N; else a few dozen suffice: recomputation grows only "
             f"logarithmically as they shrink.")

@@ -30,6 +30,10 @@ import dataclasses
 
 DEFAULT_GRADIENT_MEMORY = 1 << 20  # bytes of stored residuals and checkpoints per loop
 
+# The most copies of the carry the checkpoint schedule keeps: its forward policy
+# changes algorithm at step (K + 1)(K + 2) / 2 - 1, an int32 (`_schedule.py`).
+MAX_SCHEDULED_CHECKPOINTS = 65534
+
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
