@@ -49,7 +49,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         GPU). Results and gradients are the same.
       checkpoints: None, or K > 0: with K at least a Python-int
         maximum_iterations, reverse mode stores every step (as a budget that
-        holds them all); otherwise it keeps K copies of loop_vars,
+        holds them all); otherwise it keeps K copies of loop_vars (K at most
+        `whilst.ir.MAX_SCHEDULED_CHECKPOINTS`, 65534, and 16 GiB of them),
         stored online (Stumm and Walther, then Wang and Moin), and recomputes the
         other steps by binomial (revolve) schedules: `whilst.ir.schedule_cost(n,
         K)` extra body evaluations for n steps (none while n <= K; each step at
