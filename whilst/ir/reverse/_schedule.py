@@ -140,27 +140,27 @@ def _mod_p(x):
     return jnp.where(r < 0, r + _P, r)
 
 
-def _float_binomials(s, r):
-    """beta(s, r) = C(s + r, s) for r >= 0 as a float32 product of min(s, r) factors
-    (relative error below 3e-6; inf where that is more than _TERMS)."""
+def _float_binomials(s, r, most_s: int):
+    """beta(s, r) = C(s + r, s) for r >= 0 and s <= most_s as a float32 product of
+    min(s, r) factors (relative error below 3e-6; inf where that is more than _TERMS)."""
     m = jnp.minimum(s, r)
     base = (s + r - m).astype(np.float32)
     v = jnp.ones(jnp.shape(m), np.float32)
-    for j in range(1, _TERMS + 1):
+    for j in range(1, min(most_s, _TERMS) + 1):
         v = v * jnp.where(j <= m, (base + j) * np.float32(1 / j), 1)
     return jnp.where(m > _TERMS, np.float32(np.inf), v)
 
 
-def _binomials(s, r):
-    """beta(s, r) exactly as int32 (0 for -s <= r < 0), saturated at _SAT: the
-    float32 product, off by less than _P / 2, moved to the integer congruent to
-    beta(s, r) mod _P (the product of the factors times the inverse of min(s, r)!,
-    the inverse in two bytes to stay below 2**31)."""
+def _binomials(s, r, most_s: int):
+    """beta(s, r) for s <= most_s exactly as int32 (0 for -s <= r < 0), saturated at
+    _SAT: the float32 product, off by less than _P / 2, moved to the integer
+    congruent to beta(s, r) mod _P (the product of the factors times the inverse of
+    min(s, r)!, the inverse in two bytes to stay below 2**31)."""
     m = jnp.clip(jnp.minimum(s, r), 0, _TERMS + 1)
     base = s + r - m
-    v = _float_binomials(s, jnp.maximum(r, 0))
+    v = _float_binomials(s, jnp.maximum(r, 0), most_s)
     x = jnp.ones(jnp.shape(m), np.int32)
-    for j in range(1, _TERMS + 1):
+    for j in range(1, min(most_s, _TERMS) + 1):
         x = _mod_p(x * jnp.where(j <= m, base + j, 1))
     inv = jnp.asarray(_INV_FACT)[jnp.minimum(m, _TERMS)]
     x = _mod_p(_mod_p(x * (inv >> 8)) * 256 + x * (inv & 255))
@@ -204,9 +204,10 @@ def split_jnp(L, s, K: int):
                        / sf)
         lo = jnp.where(s2 <= 16,
                        jnp.maximum(0, jnp.floor(root - (sf + 1) / 2).astype(np.int32) - 1), 0)
-        approx = _float_binomials(s2[..., None], lo[..., None] + np.arange(16, dtype=np.int32))
+        approx = _float_binomials(s2[..., None], lo[..., None] + np.arange(16, dtype=np.int32),
+                                  K)
         r = lo + jnp.sum((approx < Lc[..., None].astype(np.float32)).astype(np.int32), axis=-1)
-        cs = _binomials(s2[..., None], r[..., None] + np.arange(-3, 2, dtype=np.int32))
+        cs = _binomials(s2[..., None], r[..., None] + np.arange(-3, 2, dtype=np.int32), K)
         Lx = Lc[..., None]
         below = jnp.max(jnp.where(cs < Lx, cs, 0), axis=-1)             # beta(s, r - 1)
         beyond = jnp.min(jnp.where(cs >= Lx, cs, _SAT), axis=-1)        # beta(s, r)
