@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
+from helpers import unrolled
 from whilst.ir import MAX_SCHEDULED_CHECKPOINTS
 
 P = collections.namedtuple("P", "a, b")
@@ -214,19 +215,17 @@ def test_checkpoints_are_bounded_by_the_memory_they_would_take():
 
 
 def test_checkpoints_that_cover_the_bound_store_every_step_and_the_most_scheduled_run():
-    def f(x, **options):
-        return whilst.while_loop(lambda i, y: i < 5, lambda i, y: (i + 1, jnp.sin(y) * y),
-                                 [0, x], **options)[1]
+    def cond(i, y):
+        return i < 5
 
-    def unrolled(x):
-        for _ in range(5):
-            x = jnp.sin(x) * x
-        return x
+    def body(i, y):
+        return i + 1, jnp.sin(y) * y
 
-    want = jax.grad(unrolled)(0.7)
+    want = jax.grad(lambda x: unrolled(cond, body, [0, x])[1])(0.7)
     for options in [dict(checkpoints=10**9, maximum_iterations=7),
                     dict(checkpoints=MAX_SCHEDULED_CHECKPOINTS)]:
-        np.testing.assert_allclose(jax.grad(lambda x: f(x, **options))(0.7), want, rtol=1e-6)
+        got = jax.grad(lambda x: whilst.while_loop(cond, body, [0, x], **options)[1])(0.7)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_64_bit_numpy_carries_without_x64_never_wrap_and_warn_when_rounded():
