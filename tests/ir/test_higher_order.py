@@ -8,7 +8,7 @@ import numpy as np
 
 import whilst
 from helpers import unrolled
-from whilst.ir import DEFAULT_GRADIENT_MEMORY
+from whilst.ir import DEFAULT_GRADIENT_MEMORY, Checkpointed, EveryStep, iter_loops
 from whilst.lowering import unroll_factors
 
 
@@ -30,6 +30,32 @@ def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit():
     # the second keeps a few copies of them (the budget's loops keep only the
     # copies of their carry that fit it), not 64.
     assert compiled.memory_analysis().temp_size_in_bytes < 32 * DEFAULT_GRADIENT_MEMORY
+
+
+def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
+    """A chunk's loops and the stored gradient Whiles have the `EveryStep` policy: the
+    next derivative stores their steps' rows instead of cutting them into chunks of
+    a budget of their own, so the second derivative runs no loop in chunks."""
+    first = jax.make_jaxpr(jax.grad(cos_twice))(1.0).jaxpr
+    bounded = [e for e in iter_loops(first) if e.params["static_bound"] is not None]
+    assert len(bounded) == 7    # a chunk's steps and their gradient, of both forms
+    assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
+    second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice)))(1.0).jaxpr
+    policies = [e.params["gradient"] for e in iter_loops(second)]
+    assert not [p for p in policies if hasattr(p, "chunk_steps")]
+    # 61 loops when each started a budget of its own, 33 now (both forms of choices)
+    assert len(policies) == 33 and sum(isinstance(p, Checkpointed) for p in policies) == 5
+
+
+def test_third_derivative_of_an_unbounded_loop_under_jit():
+    """TensorFlow's testIteratedGradients one order further: the third derivative
+    compiles and matches. Its temporaries (183 MiB, XLA's memory analysis) are
+    the stacks of the loops that store every step, S rows each, S the first
+    derivative's chunk of a 1 MiB budget: bounded, where it once asked for 4 GiB."""
+    compiled = jax.jit(jax.grad(jax.grad(jax.grad(cos_twice)))).lower(1.0).compile()
+    want = jax.grad(jax.grad(jax.grad(cos_twice_unrolled)))(1.0)
+    np.testing.assert_allclose(compiled(1.0), want, rtol=1e-5)
+    assert compiled.memory_analysis().temp_size_in_bytes < 256 * DEFAULT_GRADIENT_MEMORY
 
 
 def _nested(v):

@@ -9,8 +9,8 @@ from whilst.ir.reverse._schedule import schedule_cost
 from whilst.ir._functional_while import (
     COUNTER_AVAL, ROLES, UNBOUNDED, functional_while, functional_while_p, split_operands)
 from whilst.ir.reverse._policy import (
-    DEFAULT_GRADIENT_MEMORY, MAX_SCHEDULED_CHECKPOINTS, Budget, Checkpointed, gradient_policy,
-    stores_every_step)
+    DEFAULT_GRADIENT_MEMORY, MAX_SCHEDULED_CHECKPOINTS, Budget, Checkpointed, EveryStep,
+    gradient_policy, stores_every_step)
 from whilst.ir._inspect import ResidualReport, iter_loops, residual_report, trace
 from whilst.ir.reverse._stored import expand_linear_while, linear_while_p
 from whilst.ir._tracing import trace_with_consts
@@ -18,7 +18,7 @@ from whilst.ir._unroll import unroll_factor
 from whilst.ir._while_lowering import exported_loop_forms
 
 __all__ = [
-    "Budget", "COUNTER_AVAL", "Checkpointed", "DEFAULT_GRADIENT_MEMORY",
+    "Budget", "COUNTER_AVAL", "Checkpointed", "DEFAULT_GRADIENT_MEMORY", "EveryStep",
     "MAX_SCHEDULED_CHECKPOINTS", "ROLES", "UNBOUNDED",
     "ResidualReport",
     "checkpointed_linear_while_p", "expand_checkpointed_linear_while", "expand_linear_while",

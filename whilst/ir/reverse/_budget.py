@@ -71,7 +71,7 @@ from whilst.ir._buffers import uninitialized
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
-from whilst.ir.reverse._policy import Budget, Checkpointed, ChunkedLoop
+from whilst.ir.reverse._policy import Budget, Checkpointed, ChunkedLoop, EveryStep
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
@@ -202,7 +202,7 @@ class _Chunks:
                 f"{self.name}_chunk_cond"),
             body_jaxpr=trace_closed(body, [*h_avals, COUNTER_AVAL, COUNTER_AVAL, *carry_avals],
                                     f"{self.name}_chunk_body"),
-            static_bound=self.S, name=self.name, gradient=self.policy, **pushes)
+            static_bound=self.S, name=self.name, gradient=EveryStep(), **pushes)
 
     def recomputed(self, hoisted, start, steps, xs, stacks=()):
         """`(xs, stacks)`: the carry `steps` steps after step `start`, and their rows,

@@ -4,7 +4,7 @@ policy (`_policy.py`)::
     if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
     forward While with accumulators):
         the same, on its explicit form (_stacks.py)
-    elif policy stores every step (`stores_every_step`: Checkpointed(K) with
+    elif policy stores every step (`stores_every_step`: EveryStep(), Checkpointed(K) with
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
     elif policy is Checkpointed(K):

@@ -16,7 +16,13 @@ A loop's policy is one frozen value, the `gradient` parameter of
             K copies of the carry, every step recomputed by the
             binomial schedule                                    (_checkpointed.py)
 
-(`stores_every_step` says which loops store every step.)
+    EveryStep()               # the loops reverse mode builds with a static bound
+        store every step's residuals                             (_stored.py)
+
+(`stores_every_step` says which loops store every step.) `EveryStep` is the policy of
+a chunk's loops and of stored gradient and linear Whiles: their bound is a number of
+steps whose rows their loop already stores, so differentiating them again (higher
+orders) stores rows in proportion to those, with no schedule and no chunks of its own.
 
 The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
@@ -59,6 +65,11 @@ class Checkpointed:
         return min(self.checkpoints, max(2, self.nbytes // max(carry_bytes, 1)))
 
 
+@dataclasses.dataclass(frozen=True)
+class EveryStep:
+    """Store every step's residuals (see the module docstring)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChunkedLoop(Checkpointed):
     """The loop over chunks of `_budget.py`: reverse mode treats it as
@@ -69,17 +80,20 @@ class ChunkedLoop(Checkpointed):
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
 
 
-def stores_every_step(policy: Budget | Checkpointed, static_bound: int | None,
+def stores_every_step(policy: Budget | Checkpointed | EveryStep, static_bound: int | None,
                       row_bytes: int | None = None) -> bool:
     """Whether reverse mode stores the residuals of every step of a loop of at most
     `static_bound` steps (None: unbounded) whose steps store `row_bytes` bytes each
     (None: symbolic sizes; not needed for `Checkpointed`)::
 
+        EveryStep():     always
         Checkpointed(K): K >= static_bound          (not the budget's ChunkedLoop)
         Budget(nbytes):  static_bound * row_bytes <= nbytes, or row_bytes symbolic
     """
     if static_bound is None:
         return False
+    if isinstance(policy, EveryStep):
+        return True
     if isinstance(policy, ChunkedLoop):
         return False
     if isinstance(policy, Checkpointed):

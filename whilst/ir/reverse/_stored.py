@@ -65,6 +65,7 @@ from whilst.ir._buffers import ZeroStarted
 from whilst.ir._functional_while import (
     COUNTER_AVAL, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._packing import RowPacking
+from whilst.ir.reverse._policy import EveryStep
 from whilst.ir._stacks import pushed_rows, read_rows
 from whilst.ir._tracing import always_true, call, trace_closed
 from whilst.ir._unroll import nbytes, unroll_factor
@@ -102,7 +103,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     _, *out = functional_while(
         [], list(operands[:nconsts]), n, dcarry,
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
-        static_bound=static_bound, name=name, role="linear")
+        static_bound=static_bound, name=name, role="linear",
+        gradient=EveryStep())
     return out
 
 
@@ -154,7 +156,7 @@ def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
         [], [*consts, *stacks], n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient", unroll=unroll,
-        pops=len(stacks), pop_pad=row_offset)
+        gradient=EveryStep(), pops=len(stacks), pop_pad=row_offset)
     given_out, started_out = split_list(outs, [ngiven])
     zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
     ct_dx_out = merge_lists(zero_ct, given_out, zero_started_out)
