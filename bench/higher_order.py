@@ -1,0 +1,82 @@
+"""Derivatives of order 1..4 of an unbounded loop under the default policy (issue 41).
+
+Loop: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
+`maximum_iterations` (so reverse mode runs the default budget's chunks). For each
+order k it builds `jax.grad` k times and prints, in this process: the seconds to
+trace and lower under `jax.jit`, to compile with XLA, and to run eagerly (a first
+call: trace, compile and run); the `stablehlo.while` ops of the lowered program; XLA's
+temporary bytes (`memory_analysis`); and the same program's trace-and-compile time
+with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst /
+unrolled. Each derivative is checked against the unrolled one's.
+
+Goal (issue 41): orders 2-4 within 3x of the unrolled loop's time.
+
+    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--json OUT.json]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import whilst
+from _timing import fmt_bytes, fmt_ratio, jax_temp_bytes, machine, table, write_json
+
+
+def cos_twice(x):
+    return whilst.while_loop(lambda i, _: i < 2, lambda i, y: (i + 1, jnp.cos(y)), [0, x])[1]
+
+
+def cos_twice_unrolled(x):
+    return jnp.cos(jnp.cos(x))
+
+
+def derivative(f, order):
+    for _ in range(order):
+        f = jax.grad(f)
+    return f
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--json")
+    opts = parser.parse_args()
+    x = np.float32(1.0)
+    rows, results = [], []
+    for order in opts.orders:
+        f, oracle = derivative(cos_twice, order), derivative(cos_twice_unrolled, order)
+        lowered, lower_s = timed(lambda: jax.jit(f).lower(x))
+        compiled, compile_s = timed(lowered.compile)
+        got_eager, eager_s = timed(lambda: jax.block_until_ready(f(x)))
+        want, unrolled_s = timed(lambda: jax.block_until_ready(jax.jit(oracle)(x)))
+        for got in [compiled(x), got_eager]:
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
+        whiles = lowered.as_text().count("stablehlo.while")
+        temp = jax_temp_bytes(compiled)
+        ratio = (lower_s + compile_s) / unrolled_s
+        rows.append([order, f"{lower_s:.2f}", f"{compile_s:.2f}", f"{eager_s:.2f}", whiles,
+                     fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio)])
+        results.append(dict(order=order, lower_s=lower_s, compile_s=compile_s,
+                            eager_s=eager_s, whiles=whiles, temp_bytes=temp,
+                            unrolled_s=unrolled_s, ratio=ratio))
+        print(*rows[-1], flush=True)
+    table("jax.grad^k of a 2-step unbounded cos loop: whilst under the default policy and "
+          "the loop unrolled in Python (same process)",
+          ["order", "trace+lower s", "XLA compile s", "eager s", "whiles", "XLA temp",
+           "unrolled jit s", "whilst/unrolled"], rows)
+    if opts.json:
+        write_json(opts.json, dict(machine=machine(), results=results))
+
+
+if __name__ == "__main__":
+    main()
