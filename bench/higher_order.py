@@ -9,7 +9,12 @@ temporary bytes (`memory_analysis`); and the same program's trace-and-compile ti
 with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst /
 unrolled. Each derivative is checked against the unrolled one's.
 
-Goal (issue 41): orders 2-4 within 3x of the unrolled loop's time.
+Then, for TensorFlow's nested-loop gradient tests (every loop unbounded), the
+seconds of `jax.grad` under `jax.jit` (trace, lower and compile) and eagerly (a first
+call), and the `stablehlo.while` ops.
+
+Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
+under 2 s under jit and 5 s eagerly.
 
     .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--json OUT.json]
 """
@@ -32,6 +37,30 @@ def cos_twice(x):
 
 def cos_twice_unrolled(x):
     return jnp.cos(jnp.cos(x))
+
+
+def counted(s):
+    """TensorFlow's inner loop: `x * 2` four times, counted by `i < 4`."""
+    return whilst.while_loop(lambda i, x: i < 4, lambda i, x: [i + 1, x * 2.0], [0, s])[1]
+
+
+def halving(s):
+    """testNestedWhileGrad_Simple's inner loop."""
+    return whilst.while_loop(lambda x: x < 4.0, lambda x: x * 2.0, [s])
+
+
+def outer(limit, body):
+    return lambda v: whilst.while_loop(lambda x: x < limit, body, [v])
+
+
+NESTED = {   # TensorFlow's testNestedWhileGrad_* and testNestedWhileCondWhileGrad
+    "simple": outer(2.0, lambda x: halving(x) * 2.0),
+    "serial inner": outer(128.0, lambda x: counted(counted(x))),
+    "parallel inner": outer(128.0, lambda x: counted(x) * counted(x)),
+    "while in cond": outer(128.0, lambda x: jax.lax.cond(
+        x > 0.0, lambda x: jnp.square(counted(x)), lambda x: x * 2.0, x)),
+    "three levels": outer(2.0, lambda x: outer(3.0, lambda y: halving(y) * 1.5)(x) * 2.0),
+}
 
 
 def derivative(f, order):
@@ -74,8 +103,20 @@ def main():
           "the loop unrolled in Python (same process)",
           ["order", "trace+lower s", "XLA compile s", "eager s", "whiles", "XLA temp",
            "unrolled jit s", "whilst/unrolled"], rows)
+    nested_rows, nested = [], []
+    for name, f in NESTED.items():
+        lowered, lower_s = timed(lambda: jax.jit(jax.grad(f)).lower(x))
+        _, compile_s = timed(lowered.compile)
+        _, eager_s = timed(lambda: jax.block_until_ready(jax.grad(f)(x)))
+        whiles = lowered.as_text().count("stablehlo.while")
+        nested_rows.append([name, f"{lower_s + compile_s:.2f}", f"{eager_s:.2f}", whiles])
+        nested.append(dict(name=name, jit_s=lower_s + compile_s, eager_s=eager_s,
+                           whiles=whiles))
+        print(*nested_rows[-1], flush=True)
+    table("jax.grad of TensorFlow's nested unbounded loops: first call, seconds",
+          ["program", "jit (trace+lower+compile)", "eager", "whiles"], nested_rows)
     if opts.json:
-        write_json(opts.json, dict(machine=machine(), results=results))
+        write_json(opts.json, dict(machine=machine(), results=results, nested=nested))
 
 
 if __name__ == "__main__":

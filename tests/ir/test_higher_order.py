@@ -1,10 +1,11 @@
 """Higher derivatives and nested unbounded loops under the default policy
-(TensorFlow's testIteratedGradients and testNestedWhileGrad_Simple): values against
+(TensorFlow's testIteratedGradients and testNestedWhileGrad tests): values against
 JAX's derivatives of the loops unrolled in Python, memory from XLA's compiled memory
 analysis, size from the lowered module."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import whilst
 from helpers import unrolled
@@ -81,3 +82,46 @@ def test_nested_unbounded_loops_emit_one_step_per_iteration_under_jit():
     for v in [0.3, 1.0, 1.5, 3.0]:
         np.testing.assert_allclose(lowered.compile()(v), jax.grad(_nested_unrolled)(v),
                                    rtol=1e-6)
+
+
+def _counted_inner(loop):
+    """TensorFlow's inner loops of these tests: `x * 2` four times, counted by `i < 4`."""
+    return lambda s: loop(lambda i, x: i < 4, lambda i, x: [i + 1, x * 2.0], [0, s])[1]
+
+
+def _serial_inner(loop):
+    inner = _counted_inner(loop)
+    return lambda v: loop(lambda x: x < 128.0, lambda x: inner(inner(x)), [v])
+
+
+def _parallel_inner(loop):
+    inner = _counted_inner(loop)
+    return lambda v: loop(lambda x: x < 128.0, lambda x: inner(x) * inner(x), [v])
+
+
+def _while_in_cond(loop):
+    inner = _counted_inner(loop)
+    return lambda v: loop(lambda x: x < 128.0, lambda x: jax.lax.cond(
+        x > 0.0, lambda x: jnp.square(inner(x)), lambda x: x * 2.0, x), [v])
+
+
+def _unrolled_loop(cond, body, loop_vars):
+    out = unrolled(cond, body, loop_vars)
+    return out[0] if len(out) == 1 else out
+
+
+@pytest.mark.parametrize("program, tf_gradient", [
+    (_serial_inner, 256.0),     # testNestedWhileGrad_SerialInner
+    (_parallel_inner, 512.0),   # testNestedWhileGrad_ParallelInner
+    (_while_in_cond, 512.0),    # testNestedWhileCondWhileGrad
+], ids=["serial_inner", "parallel_inner", "while_in_cond"])
+def test_tensorflows_nested_loop_gradients_eagerly_and_under_jit(program, tf_gradient):
+    """TensorFlow's nested-loop gradient tests, every loop unbounded (the default
+    budget): at v = 1 TensorFlow's asserted value, at v = 0.3 (two outer steps) the
+    gradient of the loops unrolled in Python."""
+    grad = jax.grad(program(whilst.while_loop))
+    want = jax.grad(program(_unrolled_loop))
+    compiled = jax.jit(grad).lower(1.0).compile()
+    np.testing.assert_allclose(compiled(1.0), tf_gradient, rtol=1e-6)
+    np.testing.assert_allclose(compiled(0.3), want(0.3), rtol=1e-6)
+    np.testing.assert_allclose(grad(0.3), want(0.3), rtol=1e-6)
