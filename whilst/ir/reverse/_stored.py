@@ -103,8 +103,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     _, *out = functional_while(
         [], list(operands[:nconsts]), n, dcarry,
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
-        static_bound=static_bound, name=name, role="linear",
-        gradient=EveryStep())
+        static_bound=static_bound, name=name, role="linear", gradient=EveryStep())
     return out
 
 
