@@ -35,6 +35,7 @@ LONG_TESTS = {
     "test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_exports",
     "test_rows_at_carried_positions_read_nothing_back_and_match_python",
     "test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit",
+    "test_third_derivative_of_an_unbounded_loop_under_jit",
     "test_checkified_second_derivative",
     # tests/clients (2026-11-27, 2 loaded cores): diffrax solves traced and jitted twice
     "test_whilst_adjoint_matches_diffrax_on_jax",
