@@ -36,6 +36,7 @@ LONG_TESTS = {
     "test_rows_at_carried_positions_read_nothing_back_and_match_python",
     "test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit",
     "test_third_derivative_of_an_unbounded_loop_under_jit",
+    "test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit",
     "test_checkified_second_derivative",
     # tests/clients (2026-11-27, 2 loaded cores): diffrax solves traced and jitted twice
     "test_whilst_adjoint_matches_diffrax_on_jax",

@@ -48,6 +48,25 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     assert len(policies) == 33 and sum(isinstance(p, Checkpointed) for p in policies) == 5
 
 
+def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
+    """The issue's loop batched, each example with its own trip count (1, 2, 3 steps of
+    `cos`), differentiated twice."""
+    def cos_steps(x, n):
+        return whilst.while_loop(lambda i, _: i < n, lambda i, y: (i + 1, jnp.cos(y)),
+                                 [0, x])[1]
+
+    def f(x):
+        return jnp.sum(jax.vmap(cos_steps)(x * jnp.arange(1.0, 4.0), jnp.arange(1, 4)))
+
+    def f_unrolled(x):
+        return sum(unrolled(lambda i, _: i < n, lambda i, y: (i + 1, jnp.cos(y)),
+                            [0, x * (n + 0.0)])[1] for n in (1, 2, 3))
+
+    want = jax.grad(jax.grad(f_unrolled))(0.9)
+    np.testing.assert_allclose(jax.grad(jax.grad(f))(0.9), want, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(jax.grad(jax.grad(f)))(0.9), want, rtol=1e-6)
+
+
 def test_third_derivative_of_an_unbounded_loop_under_jit():
     """TensorFlow's testIteratedGradients one order further: the third derivative
     compiles and matches. Its temporaries (183 MiB, XLA's memory analysis) are
