@@ -9,7 +9,8 @@ temporary bytes (`memory_analysis`); and the same program's trace-and-compile ti
 with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst /
 unrolled. Each derivative is checked against the unrolled one's.
 
-Then, for TensorFlow's nested-loop gradient tests (every loop unbounded), the
+Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (every
+loop unbounded), the
 seconds of `jax.grad` under `jax.jit` (trace, lower and compile) and eagerly (a first
 call), and the `stablehlo.while` ops.
 
@@ -53,7 +54,7 @@ def outer(limit, body):
     return lambda v: whilst.while_loop(lambda x: x < limit, body, [v])
 
 
-NESTED = {   # TensorFlow's testNestedWhileGrad_* and testNestedWhileCondWhileGrad
+NESTED = {   # TensorFlow's testNestedWhileGrad_*, testNestedWhileCondWhileGrad, 3 levels
     "simple": outer(2.0, lambda x: halving(x) * 2.0),
     "serial inner": outer(128.0, lambda x: counted(counted(x))),
     "parallel inner": outer(128.0, lambda x: counted(x) * counted(x)),
