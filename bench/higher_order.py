@@ -10,9 +10,8 @@ with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst 
 unrolled. Each derivative is checked against the unrolled one's.
 
 Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (every
-loop unbounded), the
-seconds of `jax.grad` under `jax.jit` (trace, lower and compile) and eagerly (a first
-call), and the `stablehlo.while` ops.
+loop unbounded), the seconds of `jax.grad` under `jax.jit` (trace, lower and compile)
+and eagerly (a first call), and the `stablehlo.while` ops.
 
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
