@@ -2,6 +2,8 @@
 (TensorFlow's testIteratedGradients and testNestedWhileGrad tests): values against
 JAX's derivatives of the loops unrolled in Python, memory from XLA's compiled memory
 analysis, size from the lowered module."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,16 +53,15 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
 def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
     """The issue's loop batched, each example with its own trip count (1, 2, 3 steps of
     `cos`), differentiated twice."""
-    def cos_steps(x, n):
-        return whilst.while_loop(lambda i, _: i < n, lambda i, y: (i + 1, jnp.cos(y)),
-                                 [0, x])[1]
+    def cos_steps(loop, x, n):
+        return loop(lambda i, _: i < n, lambda i, y: (i + 1, jnp.cos(y)), [0, x])[1]
 
     def f(x):
-        return jnp.sum(jax.vmap(cos_steps)(x * jnp.arange(1.0, 4.0), jnp.arange(1, 4)))
+        return jnp.sum(jax.vmap(functools.partial(cos_steps, whilst.while_loop))(
+            x * jnp.arange(1.0, 4.0), jnp.arange(1, 4)))
 
     def f_unrolled(x):
-        return sum(unrolled(lambda i, _: i < n, lambda i, y: (i + 1, jnp.cos(y)),
-                            [0, x * (n + 0.0)])[1] for n in (1, 2, 3))
+        return sum(cos_steps(unrolled, x * (n + 0.0), n) for n in (1, 2, 3))
 
     want = jax.grad(jax.grad(f_unrolled))(0.9)
     np.testing.assert_allclose(jax.grad(jax.grad(f))(0.9), want, rtol=1e-6)
@@ -78,29 +79,30 @@ def test_third_derivative_of_an_unbounded_loop_under_jit():
     assert compiled.memory_analysis().temp_size_in_bytes < 256 * DEFAULT_GRADIENT_MEMORY
 
 
-def _nested(v):
+def _unrolled_loop(cond, body, loop_vars):
+    """`helpers.unrolled` returning as `whilst.while_loop` does (one loop variable: it
+    alone), so that one program definition serves both sides."""
+    out = unrolled(cond, body, loop_vars)
+    return out[0] if len(out) == 1 else out
+
+
+def _simple_nested(loop):
     """TensorFlow's testNestedWhileGrad_Simple: unbounded loops, one inside the other."""
     def inner(s):
-        return whilst.while_loop(lambda x: x < 4.0, lambda x: x * 2.0, [s])
-    return whilst.while_loop(lambda x: x < 2.0, lambda x: inner(x) * 2.0, [v])
-
-
-def _nested_unrolled(v):
-    return unrolled(lambda x: x < 2.0,
-                    lambda x: unrolled(lambda y: y < 4.0, lambda y: y * 2.0, [x])[0] * 2.0,
-                    [v])[0]
+        return loop(lambda x: x < 4.0, lambda x: x * 2.0, [s])
+    return lambda v: loop(lambda x: x < 2.0, lambda x: inner(x) * 2.0, [v])
 
 
 def test_nested_unbounded_loops_emit_one_step_per_iteration_under_jit():
     """The budget's chunk gradients run their loop's own `unroll` (none: one step per
     `stablehlo.while` iteration under jax.jit), not the factor their stacks are laid
     out for: 64 unrolled copies in every nested chunk made this 20 MB of HLO."""
-    lowered = jax.jit(jax.grad(_nested)).lower(1.0)
+    lowered = jax.jit(jax.grad(_simple_nested(whilst.while_loop))).lower(1.0)
     factors = unroll_factors(lowered.as_text())
     assert len(factors) == 18 and set(factors) == {1}
     for v in [0.3, 1.0, 1.5, 3.0]:
-        np.testing.assert_allclose(lowered.compile()(v), jax.grad(_nested_unrolled)(v),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(lowered.compile()(v),
+                                   jax.grad(_simple_nested(_unrolled_loop))(v), rtol=1e-6)
 
 
 def _counted_inner(loop):
@@ -122,11 +124,6 @@ def _while_in_cond(loop):
     inner = _counted_inner(loop)
     return lambda v: loop(lambda x: x < 128.0, lambda x: jax.lax.cond(
         x > 0.0, lambda x: jnp.square(inner(x)), lambda x: x * 2.0, x), [v])
-
-
-def _unrolled_loop(cond, body, loop_vars):
-    out = unrolled(cond, body, loop_vars)
-    return out[0] if len(out) == 1 else out
 
 
 @pytest.mark.parametrize("program, tf_gradient", [
