@@ -240,6 +240,37 @@ def test_modules_move_to_the_new_device_that_replaces_a_lost_one(cpu_and_vulkan)
         gpu.main.on_device(on_lost, w)
 
 
+def test_a_vulkan_device_goes_with_the_last_module_or_device_array_holding_it(
+        cpu_and_vulkan):
+    """On lavapipe an IREE 3.13 Vulkan device keeps two threads spinning for as long
+    as it exists (iree_limits/vulkan_idle_spin.py), so whilst releases it with its
+    last holder: while a DeviceArray outlives its module, a module loaded then gets
+    the same device and takes the array; once both are gone the device's threads
+    are too, with no help from Python's cycle collector."""
+    import gc
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    x, w = VULKAN_ARGS
+    want = jax.tree_util.tree_leaves(load(cpu_and_vulkan).main(x, w))
+    before = threads()
+    gc.disable()   # released by reference counts alone
+    try:
+        gpu = load(cpu_and_vulkan, driver="vulkan")
+        assert threads() > before
+        device, on_device = gpu.device, gpu.to_device(x)
+        del gpu
+        again = load(cpu_and_vulkan, driver="vulkan")
+        assert again.device is device
+        for g, c in zip(jax.tree_util.tree_leaves(again.main(on_device, w)), want):
+            np.testing.assert_allclose(g, c, rtol=1e-5, atol=1e-6)
+        del again, device, on_device
+        assert threads() == before
+    finally:
+        gc.enable()
+
+
 def test_modules_of_one_driver_share_its_device(compiled, module):
     from whilst.runtime._devices import tool_flags
 

@@ -19,10 +19,16 @@ A device that IREE reports lost (`VK_ERROR_DEVICE_LOST`: IREE 3.13's Vulkan driv
 signals a timeline value that lavapipe's timeline has already passed,
 iree_limits/vulkan_device_lost.py) fails every later call; `replace_lost` gives the
 driver a fresh device, and each module moves to it on its next call (`_loader`).
+
+A device lives while something holds it (a loaded module, a `DeviceArray`), not for
+the whole process: on lavapipe each IREE 3.13 Vulkan device keeps two threads
+spinning on the CPU from its creation to its release, idle or not
+(iree_limits/vulkan_idle_spin.py), so whilst lets it go with its last holder.
 """
 from __future__ import annotations
 
 import threading
+import weakref
 
 # driver -> (runtime flags while its driver is created, the flags that restore
 # IREE's defaults, allocator specs of its devices)
@@ -31,7 +37,8 @@ _SETTINGS = {
              ["caching"]),
 }
 
-_devices: dict = {}
+_devices: dict = {}   # driver -> its current HalDevice
+_holders: dict = {}   # id(HalDevice) -> how many live objects hold it
 _lock = threading.Lock()
 
 
@@ -49,16 +56,22 @@ def is_lost(error: Exception) -> bool:
 
 
 def replace_lost(driver: str, lost) -> None:
-    """Forget `lost` as `driver`'s device (if it still is), so that `device(driver)`
+    """Forget `lost` as `driver`'s device (if it still is), so that `device(driver, ...)`
     creates a new one."""
     with _lock:
         if _devices.get(driver) is lost:
             del _devices[driver]
 
 
-def device(driver: str):
-    """The `iree.runtime.HalDevice` whilst runs modules on with `driver` (created on
-    first use; an exception from IREE if the driver finds no device)."""
+def current(driver: str):
+    """`driver`'s device now (None where nothing holds one)."""
+    return _devices.get(driver)
+
+
+def device(driver: str, holder):
+    """The `iree.runtime.HalDevice` whilst runs modules on with `driver` (created
+    where nothing holds one; an exception from IREE if the driver finds no device),
+    held by `holder` (`hold`)."""
     import iree.runtime as rt
 
     with _lock:
@@ -73,4 +86,24 @@ def device(driver: str):
                 _devices[driver] = hal_driver.create_default_device(allocators=allocators)
             else:  # a device of its own: `rt.get_device`'s is shared, and stays lost
                 _devices[driver] = rt.get_driver(driver).create_default_device()
-        return _devices[driver]
+        found = _devices[driver]
+    hold(holder, driver, found)
+    return found
+
+
+def hold(holder, driver: str, hal_device) -> None:
+    """Count `holder` as holding `hal_device`, `driver`'s device, until `holder` is
+    garbage; `driver`'s device is forgotten (and released by IREE once nothing else
+    references it) when its last holder goes."""
+    with _lock:
+        _holders[id(hal_device)] = _holders.get(id(hal_device), 0) + 1
+    weakref.finalize(holder, _let_go, driver, hal_device)
+
+
+def _let_go(driver: str, hal_device) -> None:
+    with _lock:
+        _holders[id(hal_device)] -= 1
+        if not _holders[id(hal_device)]:
+            del _holders[id(hal_device)]
+            if _devices.get(driver) is hal_device:
+                del _devices[driver]

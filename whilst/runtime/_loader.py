@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from whilst.runtime import signature as sig
-from whilst.runtime._devices import device, is_lost, replace_lost
+from whilst.runtime._devices import current, device, hold, is_lost, replace_lost
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
@@ -30,22 +30,15 @@ class RunError(RuntimeError):
 
 
 class Function:
-    """One exported function: `fn(*args)` takes and returns the original pytrees."""
+    """One exported function: `fn(*args)` takes and returns the original pytrees.
+    It keeps its module loaded; the module does not keep it (no reference cycle, so
+    a module and its device go as soon as the last reference does)."""
 
-    def __init__(self, module: "Module", name: str, signature: dict | None):
+    def __init__(self, module: "Module", name: str):
         self._module = module
         self.name = name
-        self.signature = signature
-        # Per input leaf, what every call checks against: (dtype, shape, written form),
-        # and the dtype the module takes it as (`signature.stored_dtype`).
-        self._leaf_specs = None if signature is None else [
-            (np.dtype(aval["dtype"]), tuple(aval["shape"]), sig.format_aval(aval))
-            for aval in signature["input_avals"]]
-        self._stored = None if signature is None else [
-            np.dtype(sig.stored_dtype(aval)) for aval in signature["input_avals"]]
-        # The numpy dtype of each output (None: the buffer's own, without a signature).
-        self._output_dtypes = None if signature is None else [
-            np.dtype(aval["dtype"]) for aval in signature["output_avals"]]
+        self.signature, self._leaf_specs, self._stored, self._output_dtypes = (
+            module._specs[name])
 
     def __repr__(self):
         if self.signature is None:
@@ -174,7 +167,8 @@ class Module:
     Attributes:
       driver: the runtime driver the module runs on.
       device: its `iree.runtime.HalDevice`, shared by the modules loaded with that
-        driver (`_devices`).
+        driver, and released with the last of them and of their `DeviceArray`s
+        (`_devices`).
       info: what the module says about itself (`ModuleInfo`: signatures, targets).
       functions: name -> `Function`.
     """
@@ -203,8 +197,8 @@ class Module:
                             f"into this IREE runtime: {sorted(available)}; the module's "
                             f"targets: {targets}.") from None
         self._lock = threading.Lock()
-        self.functions = {name: Function(self, name, signature)
-                          for name, signature in self.info.functions.items()}
+        self._specs = {name: _function_specs(signature)
+                       for name, signature in self.info.functions.items()}
         # dtype -> the dtype this module's functions take and return it as.
         self._stored_as = {np.dtype(aval["dtype"]): np.dtype(sig.stored_dtype(aval))
                            for s in self.info.functions.values() if s is not None
@@ -213,11 +207,14 @@ class Module:
     def _attach(self) -> None:
         """Load the module's body into a VM context on its driver's current device."""
         rt = _iree()
-        self.device = device(self.driver)
+        self.device = device(self.driver, self)
         self._config = rt.Config(device=self.device)
         self._vm_module = parse(self._config.vm_instance, self._body)
         try:
-            self._context = rt.SystemContext(vm_modules=[self._vm_module], config=self._config)
+            # A VmContext, not `rt.SystemContext`, whose bound modules and the context
+            # reference each other: the device would wait for Python's cycle collector.
+            self._context = rt.VmContext(
+                self._config.vm_instance, [*self._config.default_vm_modules, self._vm_module])
         except Exception as e:
             raise LoadError(
                 f"the module cannot run with driver {self.driver!r}: {e}. The module's "
@@ -233,7 +230,7 @@ class Module:
         A call whose device is lost is run once more on a fresh device (`_devices`),
         unless an input lives on the lost device."""
         with self._lock:
-            if self.device is not device(self.driver):  # replaced after a loss
+            if self.device is not current(self.driver):  # replaced after a loss
                 self._attach()
             try:
                 return self._run(name, flat, dtypes, host)
@@ -254,13 +251,13 @@ class Module:
                 args.push_ref(leaf.buffer_view if isinstance(leaf, DeviceArray)
                               else to_device(self.device, leaf))
             results = rt.VmVariantList(1)
-            self._context.vm_context.invoke(self._vm_functions[name], args, results)
+            self._context.invoke(self._vm_functions[name], args, results)
             views = _buffer_views(rt, results)
             if dtypes is None:
                 dtypes = [raw_dtype(v) for v in views]
             if host:
                 return to_host(self.device, views, dtypes)
-            return [DeviceArray(self.device, v, d) for v, d in zip(views, dtypes)]
+            return [self._held(DeviceArray(self.device, v, d)) for v, d in zip(views, dtypes)]
         except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
             raise RunError(
                 f"{name}: the IREE runtime failed while running this function on "
@@ -274,15 +271,24 @@ class Module:
         that several calls share (stored as this module's functions take its dtype)."""
         arr = convert_untyped(array, "array")
         stored = self._stored_as.get(arr.dtype, arr.dtype)
-        return DeviceArray(self.device, to_device(self.device, arr.astype(stored, copy=False)),
-                           arr.dtype)
+        return self._held(DeviceArray(
+            self.device, to_device(self.device, arr.astype(stored, copy=False)), arr.dtype))
+
+    def _held(self, array: DeviceArray) -> DeviceArray:
+        """`array`, counted as holding this module's device (`_devices.hold`)."""
+        hold(array, self.driver, self.device)
+        return array
+
+    @property
+    def functions(self) -> dict[str, Function]:
+        """name -> `Function`, for every function the module exports."""
+        return {name: Function(self, name) for name in self._specs}
 
     def __getitem__(self, name) -> Function:
-        try:
-            return self.functions[name]
-        except KeyError:
+        if name not in self._specs:
             raise KeyError(f"no function {name!r} in this module; it exports "
-                           f"{sorted(self.functions)}") from None
+                           f"{sorted(self._specs)}")
+        return Function(self, name)
 
     def __getattr__(self, name) -> Function:
         if name.startswith("_"):
@@ -294,11 +300,25 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         """Call the module's only function (or `main`)."""
-        if "main" in self.functions:
-            return self.functions["main"](*args, **kwargs)
-        if len(self.functions) == 1:
-            return next(iter(self.functions.values()))(*args, **kwargs)
-        raise TypeError(f"this module exports {sorted(self.functions)}; call one by name")
+        if "main" in self._specs:
+            return self["main"](*args, **kwargs)
+        if len(self._specs) == 1:
+            return self[next(iter(self._specs))](*args, **kwargs)
+        raise TypeError(f"this module exports {sorted(self._specs)}; call one by name")
+
+
+def _function_specs(signature: dict | None) -> tuple:
+    """What every call of a function with `signature` checks its inputs against and
+    converts its outputs to: `(signature, per input leaf (dtype, shape, written
+    form), per input leaf the dtype the module takes it as, per output its numpy
+    dtype)`; the last three None without a signature (the buffers' own dtypes)."""
+    if signature is None:
+        return None, None, None, None
+    inputs = signature["input_avals"]
+    return (signature,
+            [(np.dtype(a["dtype"]), tuple(a["shape"]), sig.format_aval(a)) for a in inputs],
+            [np.dtype(sig.stored_dtype(a)) for a in inputs],
+            [np.dtype(a["dtype"]) for a in signature["output_avals"]])
 
 
 def _buffer_views(rt, results) -> list:

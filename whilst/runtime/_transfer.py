@@ -27,8 +27,10 @@ class DeviceArray:
     """
 
     def __init__(self, device, buffer_view, dtype: np.dtype):
-        self.device = device
+        # Set first, so released first: IREE's buffers do not keep their device
+        # alive, and this array may hold the last reference to it (`_devices`).
         self.buffer_view = buffer_view
+        self.device = device
         self.dtype = np.dtype(dtype)
         self.shape = tuple(buffer_view.shape)
 
