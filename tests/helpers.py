@@ -1,11 +1,24 @@
-"""What the tests of several folders share: the repository's root, and oracles that do
-not use whilst (the loop in plain Python, which `jax.grad` differentiates as
-straight-line code)."""
+"""What the tests of several folders share: the repository's root, whether a runtime
+driver finds a device, and oracles that do not use whilst (the loop in plain Python,
+which `jax.grad` differentiates as straight-line code)."""
 import pathlib
 
 import jax.numpy as jnp
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def no_device(driver: str) -> str | None:
+    """Why IREE's runtime finds no device for `driver`, or None where it finds one.
+    It creates none: `iree.runtime.get_device` keeps the device it makes for the
+    process, and on lavapipe a Vulkan device spins two threads for as long as it
+    lives (iree_limits/vulkan_idle_spin.py)."""
+    import iree.runtime as rt
+    try:
+        found = rt.get_driver(driver).query_available_devices()
+    except Exception as e:  # no loader or no driver: IREE raises several types
+        return str(e)
+    return None if found else f"the {driver} driver lists no device"
 
 
 def unrolled(cond, body, loop_vars, maximum_iterations=None):

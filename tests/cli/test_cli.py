@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import whilst as whilst_api
-from helpers import REPO
+from helpers import REPO, no_device
 from whilst.cli import main
 
 pytestmark = pytest.mark.iree
@@ -329,11 +329,9 @@ def test_gpu_targets_compile_into_one_module_with_the_cpu(grad_module, work, cap
 @pytest.mark.parametrize("target, driver", [("vulkan-spirv", "vulkan"), ("cuda", "cuda"),
                                             ("rocm", "hip")])
 def test_gpu_runtime_or_skip(work, capsys, target, driver):
-    import iree.runtime as rt
-    try:
-        rt.get_device(driver)
-    except Exception as e:
-        pytest.skip(f"no {driver} device here: {str(e)[:80]}")
+    why = no_device(driver)
+    if why:
+        pytest.skip(f"no {driver} device here: {why[:80]}")
     out_file = f"gpu-{target}.vmfb"
     assert main(["compile", f"{work}/model.py:loss", "--arg", "f32[3,4]", "--arg", "f32[4,4]",
                  "--target", target, "-o", str(work / out_file)]) == 0

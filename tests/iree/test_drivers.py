@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, unrolled
+from helpers import REPO, no_device, unrolled
 from test_iree_corpus import GROUPS, assert_tree_close
 from whilst.lowering import compile_module, prepare, target_metadata
 from whilst.runtime import load
@@ -23,13 +23,12 @@ f32 = np.float32
 def vulkan_or_skip():
     """Skip without a Vulkan device, unless WHILST_REQUIRE_VULKAN is set (.ci/run sets
     it where it has lavapipe): then fail."""
-    import iree.runtime as rt
-    try:
-        rt.get_device("vulkan")
-    except Exception as e:  # no loader or no device: IREE raises several types
-        if os.environ.get("WHILST_REQUIRE_VULKAN"):
-            raise
-        pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {str(e)[:80]}")
+    why = no_device("vulkan")
+    if why is None:
+        return
+    if os.environ.get("WHILST_REQUIRE_VULKAN"):
+        pytest.fail(f"WHILST_REQUIRE_VULKAN is set, but there is no vulkan device: {why}")
+    pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {why[:80]}")
 
 
 def tree_close(got, want, rtol=1e-5, atol=1e-6):
@@ -322,9 +321,10 @@ def test_the_push_constant_limit_is_the_vulkan_drivers():
 
     vmfb = tools.compile_str(MANY_PUSH_CONSTANTS, extra_args=[
         "--iree-input-type=stablehlo", "--iree-hal-target-device=vulkan"])
-    context = rt.SystemContext(config=rt.Config(device=rt.get_device("vulkan")))
+    config = rt.Config(device=rt.get_driver("vulkan").create_default_device())
     with pytest.raises(Exception, match="end offset 160 exceeds device limit 128"):
-        context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+        rt.VmContext(config.vm_instance, [*config.default_vm_modules,
+                                          rt.VmModule.copy_buffer(config.vm_instance, vmfb)])
 
 
 # ------------------------------------------------- float64 and int64

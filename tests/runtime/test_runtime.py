@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO
+from helpers import REPO, no_device
 from whilst.runtime import LoadError, describe, load
 
 pytestmark = pytest.mark.iree
@@ -114,13 +114,9 @@ def test_driver_that_does_not_match_the_targets_lists_both(compiled):
 
 
 def test_driver_without_a_device_lists_the_drivers():
-    import iree.runtime as rt
-
     data = whilst.compile(lambda x: x * 2.0, np.zeros(2, np.float32),
                           target=["vulkan-spirv", "llvm-cpu"]).data
-    try:
-        rt.get_device("vulkan")
-    except Exception:
+    if no_device("vulkan"):
         with pytest.raises(LoadError) as e:
             load(data, driver="vulkan")
         assert "found no usable device" in str(e.value)
@@ -180,11 +176,9 @@ def test_results_outlive_the_call_and_later_calls(module):
 
 
 def _vulkan_or_skip():
-    import iree.runtime as rt
-    try:
-        rt.get_device("vulkan")
-    except Exception as e:  # no loader or no device: IREE raises several types
-        pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {str(e)[:80]}")
+    why = no_device("vulkan")
+    if why:
+        pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {why[:80]}")
 
 
 def vulkan_loss(x, w):
