@@ -70,8 +70,9 @@ def pytest_configure(config):
     """whilst's compile cache (IREE modules) in one directory per test session, found
     by its xdist workers and the subprocesses the tests start through the
     environment. (JAX's persistent compilation cache is left off: on for every
-    program, it stored each small one that eager tests dispatch, and the one suite
-    run with it on took 44 minutes, past CI's 40; its share was not measured.)"""
+    program, it stored each small one that eager tests dispatch; the one suite run
+    with it on took 44 minutes, most of them lost to spinning Vulkan threads, as
+    every run then (bench/NOTES.md); not tried since.)"""
     where = os.environ.get("WHILST_TEST_CACHE_DIR")
     if not where:
         session = config._tmp_path_factory.getbasetemp()  # an xdist worker's: <session>/gwN
