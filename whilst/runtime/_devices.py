@@ -20,8 +20,8 @@ signals a timeline value that lavapipe's timeline has already passed,
 iree_limits/vulkan_device_lost.py) fails every later call; `replace_lost` gives the
 driver a fresh device, and each module moves to it on its next call (`_loader`).
 
-A device lives while something holds it (a loaded module, a `DeviceArray`), not for
-the whole process: on lavapipe each IREE 3.13 Vulkan device keeps two threads
+A device lives while something holds its `Held` (a loaded module, a `DeviceArray`),
+not for the whole process: on lavapipe each IREE 3.13 Vulkan device keeps two threads
 spinning on the CPU from its creation to its release, idle or not
 (iree_limits/vulkan_idle_spin.py), so whilst lets it go with its last holder.
 """
@@ -37,8 +37,17 @@ _SETTINGS = {
              ["caching"]),
 }
 
-_devices: dict = {}   # driver -> its current HalDevice
-_holders: dict = {}   # id(HalDevice) -> how many live objects hold it
+
+class Held:
+    """`device`, a driver's `iree.runtime.HalDevice`, for as long as something
+    references this object: the modules loaded on it and their `DeviceArray`s do."""
+    __slots__ = ("device", "__weakref__")
+
+    def __init__(self, device):
+        self.device = device
+
+
+_devices: dict = {}   # driver -> weakref to the `Held` of its current device
 _lock = threading.Lock()
 
 
@@ -56,26 +65,28 @@ def is_lost(error: Exception) -> bool:
 
 
 def replace_lost(driver: str, lost) -> None:
-    """Forget `lost` as `driver`'s device (if it still is), so that `device(driver, ...)`
+    """Forget `lost` as `driver`'s device (if it still is), so that `device(driver)`
     creates a new one."""
     with _lock:
-        if _devices.get(driver) is lost:
+        if current(driver) is lost:
             del _devices[driver]
 
 
 def current(driver: str):
     """`driver`'s device now (None where nothing holds one)."""
-    return _devices.get(driver)
+    held = _devices[driver]() if driver in _devices else None
+    return None if held is None else held.device
 
 
-def device(driver: str, holder):
-    """The `iree.runtime.HalDevice` whilst runs modules on with `driver` (created
-    where nothing holds one; an exception from IREE if the driver finds no device),
-    held by `holder` (`hold`)."""
+def device(driver: str) -> Held:
+    """The `Held` of the `iree.runtime.HalDevice` whilst runs modules on with
+    `driver`: the one something holds now, else a new device's (an exception from
+    IREE if the driver finds no device)."""
     import iree.runtime as rt
 
     with _lock:
-        if driver not in _devices:
+        held = _devices[driver]() if driver in _devices else None
+        if held is None:
             if driver in _SETTINGS:
                 during, after, allocators = _SETTINGS[driver]
                 rt.flags.parse_flags(*during)
@@ -83,27 +94,8 @@ def device(driver: str, holder):
                     hal_driver = rt._binding.create_hal_driver(driver)
                 finally:
                     rt.flags.parse_flags(*after)
-                _devices[driver] = hal_driver.create_default_device(allocators=allocators)
+                held = Held(hal_driver.create_default_device(allocators=allocators))
             else:  # a device of its own: `rt.get_device`'s is shared, and stays lost
-                _devices[driver] = rt.get_driver(driver).create_default_device()
-        found = _devices[driver]
-    hold(holder, driver, found)
-    return found
-
-
-def hold(holder, driver: str, hal_device) -> None:
-    """Count `holder` as holding `hal_device`, `driver`'s device, until `holder` is
-    garbage; `driver`'s device is forgotten (and released by IREE once nothing else
-    references it) when its last holder goes."""
-    with _lock:
-        _holders[id(hal_device)] = _holders.get(id(hal_device), 0) + 1
-    weakref.finalize(holder, _let_go, driver, hal_device)
-
-
-def _let_go(driver: str, hal_device) -> None:
-    with _lock:
-        _holders[id(hal_device)] -= 1
-        if not _holders[id(hal_device)]:
-            del _holders[id(hal_device)]
-            if _devices.get(driver) is hal_device:
-                del _devices[driver]
+                held = Held(rt.get_driver(driver).create_default_device())
+            _devices[driver] = weakref.ref(held)
+        return held

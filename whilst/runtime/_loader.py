@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from whilst.runtime import signature as sig
-from whilst.runtime._devices import current, device, hold, is_lost, replace_lost
+from whilst.runtime._devices import current, device, is_lost, replace_lost
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
@@ -207,7 +207,8 @@ class Module:
     def _attach(self) -> None:
         """Load the module's body into a VM context on its driver's current device."""
         rt = _iree()
-        self.device = device(self.driver, self)
+        self._held = device(self.driver)
+        self.device = self._held.device
         self._config = rt.Config(device=self.device)
         self._vm_module = parse(self._config.vm_instance, self._body)
         try:
@@ -257,7 +258,7 @@ class Module:
                 dtypes = [raw_dtype(v) for v in views]
             if host:
                 return to_host(self.device, views, dtypes)
-            return [self._held(DeviceArray(self.device, v, d)) for v, d in zip(views, dtypes)]
+            return [DeviceArray(self._held, v, d) for v, d in zip(views, dtypes)]
         except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
             raise RunError(
                 f"{name}: the IREE runtime failed while running this function on "
@@ -271,13 +272,8 @@ class Module:
         that several calls share (stored as this module's functions take its dtype)."""
         arr = convert_untyped(array, "array")
         stored = self._stored_as.get(arr.dtype, arr.dtype)
-        return self._held(DeviceArray(
-            self.device, to_device(self.device, arr.astype(stored, copy=False)), arr.dtype))
-
-    def _held(self, array: DeviceArray) -> DeviceArray:
-        """`array`, counted as holding this module's device (`_devices.hold`)."""
-        hold(array, self.driver, self.device)
-        return array
+        return DeviceArray(self._held, to_device(self.device, arr.astype(stored, copy=False)),
+                           arr.dtype)
 
     @property
     def functions(self) -> dict[str, Function]:

@@ -26,11 +26,13 @@ class DeviceArray:
     in place (no copy); `np.asarray(a)` or `a.to_host()` copies it to the host.
     """
 
-    def __init__(self, device, buffer_view, dtype: np.dtype):
+    def __init__(self, held, buffer_view, dtype: np.dtype):
         # Set first, so released first: IREE's buffers do not keep their device
-        # alive, and this array may hold the last reference to it (`_devices`).
+        # alive, and this array may hold the last reference to it (`held`, a
+        # `_devices.Held`, which keeps the device for its modules' later loads).
         self.buffer_view = buffer_view
-        self.device = device
+        self._held = held
+        self.device = held.device
         self.dtype = np.dtype(dtype)
         self.shape = tuple(buffer_view.shape)
 
