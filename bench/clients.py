@@ -11,7 +11,7 @@ iterations in one call) the dispatches, command-buffer submissions and readbacks
 of the call's loops on IREE (`_step_counts`: dispatches and submissions counted
 by IREE's profiler, readbacks from the stream phase).
 
-    EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...] [--loops-in-dispatch]
+    EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...] [--no-loops-in-dispatch]
 """
 from __future__ import annotations
 
@@ -107,8 +107,10 @@ def fmt_count(value) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated case names")
-    parser.add_argument("--loops-in-dispatch", action="store_true",
-                        help="whilst.compile(..., loops_in_dispatch=True)")
+    parser.add_argument("--no-loops-in-dispatch", dest="loops_in_dispatch",
+                        action="store_false",
+                        help="whilst.compile(..., loops_in_dispatch=False): every loop "
+                             "stepped from the host")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(CASES)
     rows = []

@@ -1,6 +1,7 @@
 """What the tests of several folders share: the repository's root, whether a runtime
-driver finds a device, and oracles that do not use whilst (the loop in plain Python,
-which `jax.grad` differentiates as straight-line code)."""
+driver finds a device, the host-driven stream phase, and oracles that do not use
+whilst (the loop in plain Python, which `jax.grad` differentiates as straight-line
+code)."""
 import pathlib
 
 import jax.numpy as jnp
@@ -19,6 +20,15 @@ def no_device(driver: str) -> str | None:
     except Exception as e:  # no loader or no driver: IREE raises several types
         return str(e)
     return None if found else f"the {driver} driver lists no device"
+
+
+def host_driven_stream(text: str) -> str:
+    """`compile_to_stream(text, loops_in_dispatch=False)`: the llvm-cpu module with
+    every loop stepped from the host, as on GPUs and for loops too wide to run inside
+    one dispatch; the form whose per-iteration readbacks, dispatches and copies the
+    tests count."""
+    from whilst.lowering import compile_to_stream
+    return compile_to_stream(text, loops_in_dispatch=False)
 
 
 def unrolled(cond, body, loop_vars, maximum_iterations=None):

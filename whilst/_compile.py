@@ -77,7 +77,7 @@ def prepare_stage(exports, targets, cpu="host", gpu_arch=None, stages=None) -> s
 
 
 def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cache=None,
-                  stages=None, loops_in_dispatch=False) -> Compiled:
+                  stages=None, loops_in_dispatch=True) -> Compiled:
     """Stage 3: iree-compile `text` (or take it from the compile cache) and seal it.
 
     Cache entries are keyed by the flags they were compiled with: the first of
@@ -127,7 +127,7 @@ _CACHED_FALLBACK = ("(cached when aggressive fusion failed; cache=False or --no-
 
 
 def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch=None,
-            name="main", cache=None, progress=None, loops_in_dispatch=False) -> Compiled:
+            name="main", cache=None, progress=None, loops_in_dispatch=True) -> Compiled:
     """Compile a function (or an `Exported`, or a list of them) for IREE.
 
     `whilst.compile(f, x)` runs three stages: `export(f, x)`, IREE preparation

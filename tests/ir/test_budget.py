@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, nested_sin_oracle, unrolled
+from helpers import REPO, host_driven_stream, nested_sin_oracle, unrolled
 from whilst._compile import FALLBACK_NOTE
 from whilst.ir import iter_loops
 from whilst.ir._xla_cpu_choice import portable_forms
-from whilst.lowering import compile_to_stream, loop_costs, prepare
+from whilst.lowering import loop_costs, prepare
 
 X = jnp.linspace(0.1, 1.0, 4)
 W = jnp.float32(1.3)
@@ -274,7 +274,7 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
         return whilst.export(grad, *SIN_ARGS)
 
     def costs(exported):
-        costs = loop_costs(compile_to_stream(prepare([exported])))
+        costs = loop_costs(host_driven_stream(prepare([exported])))
         return sorted((c["readbacks"], c["dispatches"], c["submissions"]) for c in costs)
 
     stored = costs(exported())                    # 1000 rows fit the default budget

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import whilst
+from helpers import host_driven_stream
 from whilst.ir._trip_count import counter_trips
-from whilst.lowering import compile_to_stream, loop_counts, prepare
+from whilst.lowering import loop_counts, prepare
 
 I32 = np.iinfo(np.int32)
 
@@ -83,7 +84,7 @@ def test_counter_tested_loops_on_iree_read_nothing_back_and_run_every_trip_count
     exports = [whilst.export(counted(form), form[3](0), form[3](0), np.float32(0),
                              name=form[0]) for form in FORMS]
     for e in exports:
-        assert all(loads == 0 for loads, _ in loop_counts(compile_to_stream(prepare([e])))), \
+        assert all(loads == 0 for loads, _ in loop_counts(host_driven_stream(prepare([e])))), \
             e.text[:200]
     module = whilst.compile(exports).load()
     for name, cond, step, dtype in FORMS:

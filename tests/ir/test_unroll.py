@@ -196,14 +196,15 @@ def test_iree_unrolled_gradient_reads_back_per_emitted_iteration_not_per_step(cl
       pop position follows from the counter and the bound (it read back two while
       its test was `i < bound and True` and its pop position an operand of its
       own)."""
-    from whilst.lowering import compile_to_stream, loop_counts, prepare
+    from helpers import host_driven_stream
+    from whilst.lowering import loop_counts, prepare
 
     x = np.ones(64, np.float32)
     grad = jax.grad(lambda x, n: jnp.sum(sin_steps(None, 1000, clock)(x, 0.9, n)[1]))
     exported = whilst.export(grad, x, np.int32(5))
     ks = unroll_factors(exported.text)
     assert len(ks) == 2 and min(ks) >= 16, ks
-    loops = loop_counts(compile_to_stream(prepare([exported])))
+    loops = loop_counts(host_driven_stream(prepare([exported])))
     assert len(loops) == 2, loops
     for (_, dispatches), k in zip(loops, ks):
         assert dispatches <= 3 * k, loops  # the steps' dispatches, no per-step copies
@@ -220,7 +221,8 @@ def test_iree_unrolled_steps_fuse_into_few_dispatches(step, loads):
     when it steps by 3. With every step predicated on its own test it took 23,
     and with the test vectorized over the k counters the steps computed, instead
     of over `i + 1 + 3 * arange(k - 1)`, 10."""
-    from whilst.lowering import compile_to_stream, loop_counts, prepare
+    from helpers import host_driven_stream
+    from whilst.lowering import loop_counts, prepare
 
     def f(x, n):
         return whilst.while_loop(lambda i, x: i < n,
@@ -229,7 +231,7 @@ def test_iree_unrolled_steps_fuse_into_few_dispatches(step, loads):
 
     exported = whilst.export(f, np.ones(64, np.float32), np.int32(5))
     assert unroll_factors(exported.text) == [64]
-    (n_loads, dispatches), = loop_counts(compile_to_stream(prepare([exported])))
+    (n_loads, dispatches), = loop_counts(host_driven_stream(prepare([exported])))
     assert n_loads == loads and dispatches <= 2, (n_loads, dispatches)
 
 

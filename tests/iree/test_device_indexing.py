@@ -9,7 +9,8 @@ import pytest
 
 import cg  # samples/cg.py
 import whilst
-from whilst.lowering import compile_to_stream, loop_counts, prepare
+from helpers import host_driven_stream
+from whilst.lowering import loop_counts, prepare
 
 ROWS, WIDTH = 600, 8  # 4800 elements: past the one-hot limit, so one step per iteration
 
@@ -53,9 +54,9 @@ def test_rows_at_carried_positions_read_nothing_back_and_match_python(clock, loa
                              name="forward"),
                whilst.export(grad, xs, h0, np.int32(0), name="grad")]
     assert "whilst.unroll = 1" in exports[1].text
-    forward_loads = [n for n, _ in loop_counts(compile_to_stream(prepare(exports[:1])))]
+    forward_loads = [n for n, _ in loop_counts(host_driven_stream(prepare(exports[:1])))]
     assert tuple(forward_loads) == loads[:1]
-    assert tuple(n for n, _ in loop_counts(compile_to_stream(prepare(exports[1:])))) == loads
+    assert tuple(n for n, _ in loop_counts(host_driven_stream(prepare(exports[1:])))) == loads
     module = whilst.compile(exports).load()
     for n in (0, 1, 7, 250):
         s, t, h, ys = module.forward(xs, h0, np.int32(n))
@@ -94,7 +95,7 @@ def test_pushed_rows_are_scattered_unclipped():
     scatter clips nothing: with the clip the CG sample's forward While took 13
     dispatches per step on IREE 3.13, 10 without (its gradient While: 8)."""
     fn, args = cg.bench_program()
-    loops = loop_counts(compile_to_stream(prepare([whilst.export(fn, *args)])))
+    loops = loop_counts(host_driven_stream(prepare([whilst.export(fn, *args)])))
     assert loops == [(1, 10), (0, 8)], loops
 
 
@@ -107,5 +108,5 @@ def test_rows_in_cond_branches_are_indexed_on_the_device():
                                          [0, x], checkpoints=64)[1])
 
     exported = whilst.export(jax.grad(loss), np.ones(16, np.float32), np.int32(5))
-    loops = loop_counts(compile_to_stream(prepare([exported])))
+    loops = loop_counts(host_driven_stream(prepare([exported])))
     assert [loads for loads, _ in loops] == [0, 5], loops

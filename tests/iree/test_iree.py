@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, unrolled
+from helpers import REPO, host_driven_stream, unrolled
 from whilst._compile import FALLBACK_NOTE
 from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
-from whilst.lowering import (
-    compile_to_stream, loop_counts, prepare, stream_copy_sizes)
+from whilst.lowering import loop_counts, prepare, stream_copy_sizes
 
 pytestmark = pytest.mark.iree
 
@@ -191,7 +190,7 @@ def pushing_loss(x):
 def test_loop_carried_buffers_are_not_copied_per_iteration(fn, shape):
     text = prepare([whilst.export(fn, np.ones(shape, np.float32))])
     assert text.count("stream.affinity") == 1
-    sizes = stream_copy_sizes(compile_to_stream(text))
+    sizes = stream_copy_sizes(host_driven_stream(text))
     full_buffer = ROWS * WIDTH * 4
     assert all(s is not None and s < full_buffer for s in sizes), sizes
 
@@ -206,7 +205,7 @@ def test_the_check_sees_copies_when_the_device_is_not_named():
         del main.attributes["stream.affinity"]
         unpinned = str(module)
     assert any(s is not None and s >= ROWS * WIDTH * 4
-               for s in stream_copy_sizes(compile_to_stream(unpinned)))
+               for s in stream_copy_sizes(host_driven_stream(unpinned)))
 
 
 def test_cond_on_a_value_the_body_recomputes_from_a_tensor():
@@ -292,7 +291,7 @@ def test_small_state_steps_fuse_and_read_nothing_back():
     by its trip count: its test is not read back either)."""
     y0 = np.array([10.0, 5.0], np.float32)
     exported = whilst.export(predator_prey, y0, np.int32(0))
-    ((loads, dispatches),) = loop_counts(compile_to_stream(prepare([exported])))
+    ((loads, dispatches),) = loop_counts(host_driven_stream(prepare([exported])))
     assert loads == 0 and dispatches <= 3, (loads, dispatches)
     module = whilst.compile(exported).load()
     for n in [0, 1, 7, 300]:
@@ -395,7 +394,7 @@ def test_unrolled_steps_fuse_across_steps():
     grad = whilst.export(jax.grad(lambda x, n: jnp.sum(sin_steps(x, n)[1])), x, np.int32(0))
     for exported in (forward, grad):
         ks = unroll_factors(exported.text)
-        loops = loop_counts(compile_to_stream(prepare([exported])))
+        loops = loop_counts(host_driven_stream(prepare([exported])))
         assert min(ks) >= 32 and len(loops) == len(ks), (ks, loops)
         assert loops[0][1] <= ks[0] // 2, (ks, loops)  # the forward While
     forward_module, grad_module = whilst.compile(forward).load(), whilst.compile(grad).load()
@@ -427,7 +426,7 @@ def test_gradient_reading_recorded_elements_after_dot_products():
     assert "stablehlo.gather" in op_names(exported.text)
     prepared = prepare([exported])
     assert op_names(prepared).count("stablehlo.optimization_barrier") >= 1
-    (_, _), (gradient_loads, _) = loop_counts(compile_to_stream(prepared))
+    (_, _), (gradient_loads, _) = loop_counts(host_driven_stream(prepared))
     assert gradient_loads == 0
     compiled = whilst.compile(exported)
     assert FALLBACK_NOTE not in compiled.stages[-1][0], compiled.stages

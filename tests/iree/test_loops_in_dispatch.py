@@ -1,8 +1,8 @@
-"""Loops over a few numbers compiled for llvm-cpu with `loops_in_dispatch=True` run
-whole inside one dispatch (`whilst.lowering._iree_loops_in_dispatch`): no loop is
-left for the host to step, and every program gives its plain Python loop's results,
-on both CPU drivers. Wide loops, large states and modules for other targets keep
-host-driven loops."""
+"""Loops over a few numbers compiled for llvm-cpu (by default) run whole inside one
+dispatch (`whilst.lowering._iree_loops_in_dispatch`): no loop is left for the host
+to step, and every program gives its plain Python loop's results, on both CPU
+drivers. Wide loops, large states, gradient Whiles and modules for other targets
+keep host-driven loops, beside small loops in dispatches in the same module."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,14 +119,14 @@ CASES = {  # name -> (fn, example args, [(args, oracle's results)])
 @pytest.fixture(scope="module")
 def compiled():
     exports = [whilst.export(fn, *args, name=name) for name, (fn, args, _) in CASES.items()]
-    return prepare(exports), whilst.compile(exports, loops_in_dispatch=True)
+    return prepare(exports), whilst.compile(exports)
 
 
 def test_small_loops_leave_no_loop_for_the_host(compiled):
     text, module = compiled
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
-    assert loop_costs(compile_to_stream(text, loops_in_dispatch=True)) == []
-    assert loop_costs(compile_to_stream(text)) != []     # opt-in
+    assert loop_costs(compile_to_stream(text)) == []
+    assert loop_costs(compile_to_stream(text, loops_in_dispatch=False)) != []
 
 
 @pytest.mark.parametrize("driver", ["local-sync", "local-task"])
@@ -146,7 +146,7 @@ def test_small_loops_in_a_dispatch_match_python(compiled, name, driver):
 def in_dispatch_form(fn, *args, targets=("llvm-cpu",)):
     """The module text whilst tries first for `targets` with loops in dispatches, or
     None where it has no such flag set or no loop qualifies."""
-    sets = [f for f in flag_sets(targets, loops_in_dispatch=True) if has_loops_in_dispatch(f)]
+    sets = [f for f in flag_sets(targets) if has_loops_in_dispatch(f)]
     return sets and source_for(prepare([whilst.export(fn, *args)]), sets[0])
 
 
@@ -166,3 +166,55 @@ def test_only_modules_for_llvm_cpu_alone_run_loops_in_dispatches():
     loop = lambda x: jax.lax.while_loop(lambda x: x < 1.0, lambda x: x + 0.1, x)
     for targets in [("llvm-cpu", "cuda"), ("vulkan-spirv",), ("cuda",)]:
         assert not in_dispatch_form(loop, f32(0.0), targets=targets)
+
+
+def sines(x, n):
+    """n steps of x <- sin(x) * 0.9 + 0.1 (whilst unrolls it)."""
+    return whilst.lax.while_loop(lambda c: c[0] < n,
+                                 lambda c: (c[0] + 1, jnp.sin(c[1]) * 0.9 + 0.1), (0, x))[1]
+
+
+def sines_numpy(x, n):
+    for _ in range(n):
+        x = np.sin(x) * f32(0.9) + f32(0.1)
+    return x
+
+
+def test_a_wide_loop_stays_on_the_host_beside_a_small_loop_in_a_dispatch():
+    """One module, one function with both: the wide loop is stepped from the host,
+    the small one runs in a dispatch, and both give numpy's results."""
+    both = lambda wide, small, n: (sines(wide, n), sines(small, n))   # noqa: E731
+    args = (np.linspace(-1, 1, 64, dtype=f32), np.linspace(0, 1, 4, dtype=f32))
+    module = whilst.compile(both, *args, i32(3), cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    assert len(loop_costs(compile_to_stream(prepare([whilst.export(both, *args, i32(3))])))) == 1
+    run = module.load()
+    for n in [0, 1, 5, 37]:
+        for got, x in zip(run.main(*args, i32(n)), args):
+            np.testing.assert_allclose(got, sines_numpy(x, n), rtol=1e-5, atol=1e-6)
+
+
+def test_a_gradient_runs_its_forward_loop_in_a_dispatch_and_its_gradient_while_on_the_host():
+    """jax.grad of a loop with a data-dependent stop: the forward While (a few
+    numbers and its rows) moves, the gradient While stays on the host; the gradient is
+    `jax.grad` of the loop unrolled in Python."""
+    def loss(x, a):
+        return jnp.sum(whilst.lax.while_loop(lambda c: c[1][0] < 10.0,
+                                             lambda c: (c[0] + 1, c[1] * a + 0.1),
+                                             (0, x), maximum_iterations=40)[1])
+
+    def unrolled_loss(x, a):
+        while x[0] < 10.0:
+            x = x * a + 0.1
+        return jnp.sum(x)
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    args = (np.array([1.0, 0.5], f32), f32(1.3))
+    module = whilst.compile(grad, *args, cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    assert len(loop_costs(compile_to_stream(prepare([whilst.export(grad, *args)])))) == 1
+    run = module.load()
+    for a in [1.3, 1.9, 2.5]:
+        for got, want in zip(run.main(args[0], f32(a)),
+                             jax.grad(unrolled_loss, argnums=(0, 1))(args[0], f32(a))):
+            np.testing.assert_allclose(got, want, rtol=1e-5)

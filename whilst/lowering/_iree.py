@@ -235,7 +235,7 @@ def compile_flags(targets, cpu="host", gpu_arch=None, aggressive_fusion=False) -
     return flags
 
 
-def flag_sets(targets, cpu="host", gpu_arch=None, loops_in_dispatch=False) -> list[list[str]]:
+def flag_sets(targets, cpu="host", gpu_arch=None, loops_in_dispatch=True) -> list[list[str]]:
     """The `compile_flags` that `compile_module` tries, in order: with aggressive
     fusion first, then without it, then also without const-expr hoisting
     (`NO_CONST_EXPR_HOISTING`). On a GPU each dispatch is a kernel launch, and
@@ -295,8 +295,7 @@ def _with_loops_in_dispatch(text: str) -> str | None:
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        if not loops_in_dispatch(module) or ops_where(
-                module, lambda op: op.name == "stablehlo.while"):
+        if not loops_in_dispatch(module):
             return None
         return module.operation.get_asm(enable_debug_info=False)
 
@@ -326,7 +325,7 @@ SOURCES_PHASE = "executable-sources"
 
 def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                    extra_flags=(), on_fallback=None,
-                   loops_in_dispatch=False) -> tuple[bytes, list[str]]:
+                   loops_in_dispatch=True) -> tuple[bytes, list[str]]:
     """Compile prepared module text with the first of `flag_sets(targets, cpu,
     gpu_arch, loops_in_dispatch)` that makes a module that can run: iree-compile
     accepts the module and `cannot_run` finds nothing against it. Returns `(vmfb
@@ -500,7 +499,7 @@ def compile_text(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
 
 def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
-                      loops_in_dispatch=False) -> str:
+                      loops_in_dispatch=True) -> str:
     """The module after IREE's stream phase (`--compile-to=stream`) with the first
     of `flag_sets` that iree-compile takes up to that phase, as text. `compile_module`
     may still fall back from that flag set on a failure past the stream phase (llvm-cpu

@@ -161,6 +161,7 @@ def _into_dispatch(loop) -> None:
         _unwrap(barrier)
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
+    _shared_values_materialized(loop)
     for inner in ops_where(loop, lambda op: op.name == "stablehlo.while" and op != loop):
         _over_vectors(inner)
     location = loop.location
@@ -195,6 +196,45 @@ def _scalar_bitcasts(loop) -> None:
                                        attributes=dict(spread.attributes))
         cast.results[0].replace_all_uses_with(wide.result)
         cast.erase()
+
+
+def _shared_values_materialized(loop) -> None:
+    """Values computed in `loop` from more than SHARED_FUSION_LIMIT ops that several
+    ops read are read by them through a vector that IREE 3.13's llvm-cpu codegen does
+    not fuse through (`util.optimization_barrier` between `_to_vector` and
+    `_to_tensor`). Its RematerializeParallelOpsPass fuses every elementwise producer
+    into each of its users, and in a dispatch nothing stops it: a body whose steps
+    share values (an unrolled body, a vmapped one's chains of selects) grows
+    exponentially, and iree-compile ran for minutes (`iree_limits/
+    remat_in_dispatch.py`). Each value so kept costs the kernel a stack buffer, hence
+    only those past the limit."""
+    from iree.compiler import ir
+
+    fused = {}   # value -> how many ops codegen fuses into each of its users
+    for op in ops_where(loop, lambda op: op != loop):
+        size = 1 + sum(fused.get(v, 0) for v in op.operands)
+        for result in op.results:
+            uses = [(use.owner, use.operand_number) for use in result.uses]
+            if op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType):
+                continue
+            if len(uses) < 2 or size <= SHARED_FUSION_LIMIT:
+                fused[result] = size
+                continue
+            with ir.InsertionPoint.after(op), op.location:
+                vector = _to_vector(result)
+                kept = ir.Operation.create("util.optimization_barrier", results=[vector.type],
+                                           operands=[vector]).result
+                shared = _to_tensor(kept, result.type)
+            for owner, number in uses:
+                owner.operands[number] = shared
+
+
+# How many ops a value may stand for, fused into each of its several users, before
+# `_shared_values_materialized` keeps it apart.
+SHARED_FUSION_LIMIT = 8
+
+# Ops whose results codegen does not fuse into their users.
+_NOT_FUSED = frozenset({"stablehlo.constant", "stablehlo.while", "stablehlo.return"})
 
 
 def _unwrap(barrier) -> None:
