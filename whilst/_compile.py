@@ -152,10 +152,10 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
         The stages are also logged at INFO level to the `whilst` logger, silent
         unless the application configures logging.
       loops_in_dispatch: for a module for llvm-cpu alone, first try to run each of
-        its loops whole inside one dispatch (`whilst.lowering.
-        _iree_loops_in_dispatch`: loops over a few numbers, such as solvers'; every
-        loop of the module must qualify), then the usual flag sets. Opt-in while
-        it is new.
+        its small forward loops whole inside one dispatch (`whilst.lowering.
+        _iree_loops_in_dispatch`: loops over a few numbers, such as solvers'; the
+        others are stepped from the host), then the usual flag sets. False steps
+        every loop from the host, as on GPUs.
 
     Returns:
       A `Compiled`; its `stages` lists each stage with its duration.

@@ -126,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true",
                    help="compile even if the compile cache ($WHILST_CACHE_DIR, default "
                         "~/.cache/whilst) holds this module")
+    p.add_argument("--no-loops-in-dispatch", action="store_true",
+                   help="step every loop from the host, as on GPUs (by default a module "
+                        "for llvm-cpu alone runs each small loop whole inside one dispatch)")
     force_option(p)
 
     p = sub.add_parser("run", help="run a .vmfb on .npy inputs (no JAX needed)",

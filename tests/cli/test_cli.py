@@ -114,9 +114,28 @@ def test_compile_reports_stages_and_writes_mlir(work, capsys):
     assert code == 0
     for stage in ("import model.py", "export loss to StableHLO", "export loss_grad to StableHLO",
                   "prepare for IREE (2 functions)", "iree-compile for llvm-cpu (host)"):
-        assert re.search(re.escape(stage) + r"\s+[\d.]+ ms", out), (stage, out)
+        assert re.search(re.escape(stage) + r"( with [\w ,]+)?\s+[\d.]+ ms", out), (stage, out)
     assert "wrote l0.vmfb" in out and "loss_grad(x: f32[3,4], w: f32[4,4]) -> f32[3,4]" in out
     assert (work / "l0.vmfb").stat().st_size > 0
+
+
+@pytest.mark.parametrize("option", [[], ["--no-loops-in-dispatch"]])
+def test_small_loops_run_in_a_dispatch_unless_told_not_to(work, capsys, option):
+    """By default the Collatz loop over 4 numbers runs inside one dispatch (the stage
+    line says so); --no-loops-in-dispatch steps it from the host. Both run it right."""
+    out_file = f"collatz{len(option)}.vmfb"
+    code, out, _ = whilst(work, "compile", "model.py:collatz", "--arg", "i32[4]", "--no-cache",
+                          *option, "-o", out_file, capsys=capsys)
+    assert code == 0
+    assert ("small loops in one dispatch each" in out) == (not option), out
+    n = np.array([1, 6, 27, 97], np.int32)
+    np.save(work / "n.npy", n)
+    code, out, _ = whilst(work, "run", out_file, "--input", "n.npy", "--output", "out_" + out_file,
+                          capsys=capsys)
+    assert code == 0, out
+    steps, values = reference_collatz(n)
+    got = sorted((work / ("out_" + out_file)).iterdir())
+    assert int(np.load(got[0])) == steps and np.array_equal(np.load(got[1]), values), got
 
 
 def test_emit_mlir_has_forward_and_gradient_while(grad_module):

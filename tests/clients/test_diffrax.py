@@ -14,7 +14,7 @@ diffrax = pytest.importorskip("diffrax")
 import whilst  # noqa: E402
 from whilst._compile import FALLBACK_NOTE  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
-from whilst.lowering import unroll_factors  # noqa: E402
+from whilst.lowering import has_loops_in_dispatch, unroll_factors  # noqa: E402
 
 Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
@@ -203,22 +203,26 @@ def test_event_stopped_solve_on_own_loops_stops_where_diffrax_on_jax_stops(own_l
 
 @pytest.mark.iree
 def test_whilst_adjoint_solve_compiles_and_matches():
-    """Compiled anew (no cache): iree-compile 3.13 crashes on this module with const-expr
-    hoisting, under aggressive and default fusion alike (iree_limits/hoisted_nested_loop.py);
-    once the first flag set crashed so, the one without hoisting is the next compiled
-    (one crash, not two: about 8 of the 23 s this compile took). Tsit5's stage loop
+    """Compiled anew (no cache), by default its loops run inside one dispatch each. With
+    every loop stepped from the host, iree-compile 3.13 crashes on this module with
+    const-expr hoisting, under aggressive and default fusion alike
+    (iree_limits/hoisted_nested_loop.py); once the first flag set crashed so, the one
+    without hoisting is the next compiled (one crash, not two). Tsit5's stage loop
     (diffrax's, counting to 7) runs unrolled by 7 (whilst.ir._counted_loops)."""
     solve = lambda y, p: lv_solve(y, p, WhilstAdjoint())
     exported = whilst.export(solve, Y0, RATES)
     assert 7 in unroll_factors(exported.text)
+    want = jax.jit(lv_solve)(Y0, RATES)
     compiled = whilst.compile(exported, cache=False)
+    assert has_loops_in_dispatch(compiled.flags), compiled.stages[-1][0]
+    np.testing.assert_allclose(compiled.load()(Y0, RATES), want, rtol=2e-5, atol=2e-5)
+    host_driven = whilst.compile(exported, cache=False, loops_in_dispatch=False)
     # (the innermost frame of the crash varies: Stream::ResourceType::getLifetime, or
     # Explorer::walkTransitiveUses called from the same analysis)
     assert re.fullmatch(r"iree-compile for llvm-cpu \(host\) with default fusion, no const-expr "
                         r"hoisting \(with aggressive fusion, iree-compile crashed in [\w:]+\)",
-                        compiled.stages[-1][0]), compiled.stages[-1][0]
-    np.testing.assert_allclose(compiled.load()(Y0, RATES), jax.jit(lv_solve)(Y0, RATES),
-                               rtol=2e-5, atol=2e-5)
+                        host_driven.stages[-1][0]), host_driven.stages[-1][0]
+    np.testing.assert_allclose(host_driven.load()(Y0, RATES), want, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.iree

@@ -159,7 +159,9 @@ def test_iree_chunked_stacks_match_k1_for_trip_counts_0_to_2k_plus_1(k, bound, c
         n = np.int32(n)
         (i1, y1), (ik, yk) = module.fwd_1(x, w, n), module.fwd_k(x, w, n)
         assert int(ik) == int(i1) == min(n, bound)
-        np.testing.assert_array_equal(yk, y1)
+        # (run inside one dispatch, LLVM may contract the unrolled steps' multiply-adds
+        # otherwise than the single step's: 1 ulp apart)
+        np.testing.assert_array_max_ulp(yk, y1, maxulp=2)
         want = sin_steps_oracle(x, w, min(int(n), bound))
         for g1, gk, o in zip(module.grad_1(x, w, n), module.grad_k(x, w, n), want):
             np.testing.assert_allclose(gk, g1, rtol=1e-6, atol=1e-7)

@@ -38,7 +38,8 @@ def test_second_compile_hits_the_cache_and_a_changed_flag_misses(tmp_path, iree_
                                (label, seconds)))
     assert [label for label, _ in first.stages] == [
         "export main to StableHLO", "prepare for IREE (1 function)",
-        "iree-compile for llvm-cpu (host)"]
+        "iree-compile for llvm-cpu (host) with aggressive fusion, small loops in one dispatch "
+        "each"]
     assert seen == first.stages and all(seconds >= 0 for _, seconds in seen)
     second = whilst.compile(step, *args, cache=tmp_path)
     assert len(iree_compile_calls) == 1 and second.cache_hit and not first.cache_hit
@@ -81,12 +82,15 @@ def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cach
     args = (np.zeros(2, np.float32), np.int32(0))
     first = whilst.compile(step, *args, cache=tmp_path)
     assert first.stages[-1][0].startswith(
-        "iree-compile for llvm-cpu (host) with default fusion (with aggressive fusion, "
-        "iree-compile failed: iree-compile: Unknown command line argument '--no-such-flag'.")
+        "iree-compile for llvm-cpu (host) with default fusion (with aggressive fusion, small "
+        "loops in one dispatch each, iree-compile failed: iree-compile: Unknown command line "
+        "argument '--no-such-flag'.")
+    assert "; with aggressive fusion, iree-compile failed: iree-compile: Unknown" in (
+        first.stages[-1][0])
     n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
     assert int(n) == 3 and list(x) == [4.0, 5.0]
     (entry,) = os.listdir(tmp_path)
-    plain = _iree.flag_sets(("llvm-cpu",))[1]
+    plain = next(f for f in _iree.flag_sets(("llvm-cpu",)) if not _iree.has_aggressive_fusion(f))
     assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
     second = whilst.compile(step, *args, cache=tmp_path)
     assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
@@ -104,8 +108,12 @@ def first_text(tmp_path, args):
 @pytest.mark.parametrize("targets", [("llvm-cpu",), ("llvm-cpu", "cuda")])
 def test_modules_compile_with_aggressive_fusion_first(targets):
     from whilst.lowering import flag_sets
+    from whilst.lowering._iree import LOOPS_IN_DISPATCH
 
-    fused, plain, unhoisted = flag_sets(targets)
+    *in_dispatch, fused, plain, unhoisted = flag_sets(targets)
+    # a module for llvm-cpu alone tries its small loops inside dispatches first
+    assert in_dispatch == ([[*fused, *LOOPS_IN_DISPATCH]] if targets == ("llvm-cpu",) else [])
+    assert flag_sets(targets, loops_in_dispatch=False) == [fused, plain, unhoisted]
     assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
     assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain
     # last, without const-expr hoisting (iree_limits/hoisted_nested_loop.py)

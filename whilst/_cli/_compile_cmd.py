@@ -67,7 +67,8 @@ def main(args, out=print) -> None:
         try:
             compiled = compile_stage(text, [e.name for e in exports], chosen, args.cpu,
                                      gpu_arch, cache=False if args.no_cache else None,
-                                     stages=stages)
+                                     stages=stages,
+                                     loops_in_dispatch=not args.no_loops_in_dispatch)
         except CompileError as e:
             hint = ("" if args.emit_mlir else "\nAdd --emit-mlir DIR to keep the module given "
                     "to iree-compile.")

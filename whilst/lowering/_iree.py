@@ -242,9 +242,9 @@ def flag_sets(targets, cpu="host", gpu_arch=None, loops_in_dispatch=True) -> lis
     aggressive fusion forms fewer (pushpop's forward While unrolled as for a CPU:
     34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
     int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
-    from those (`_iree_narrow_types`). With `loops_in_dispatch`, modules for
-    llvm-cpu alone try first to run their small loops inside one dispatch each
-    (`LOOPS_IN_DISPATCH`, `source_for`)."""
+    from those (`_iree_narrow_types`). With `loops_in_dispatch` (the default),
+    modules for llvm-cpu alone try first to run their small loops inside one
+    dispatch each (`LOOPS_IN_DISPATCH`, `source_for`)."""
     plain = compile_flags(targets, cpu, gpu_arch)
     unhoisted = [*plain, NO_CONST_EXPR_HOISTING]
     if "vulkan-spirv" in targets:
@@ -269,8 +269,8 @@ LOOPS_IN_DISPATCH_SECONDS = 60
 
 def source_for(text: str, flags, memo=None) -> str | None:
     """The module text `compile_module` compiles with `flags` (one of `flag_sets`):
-    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None unless
-    every loop moves: that flag set is not tried), `text` itself for other flag sets
+    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None where no
+    loop moves: that flag set is not tried), `text` itself for other flag sets
     with aggressive fusion, and `unfenced(text)` for those without. `memo`, a dict,
     keeps each form made once across calls."""
     memo = {} if memo is None else memo
@@ -286,11 +286,8 @@ def source_for(text: str, flags, memo=None) -> str | None:
 
 
 def _with_loops_in_dispatch(text: str) -> str | None:
-    """`text` with its loops in dispatches, or None unless every loop moved: a loop
-    left to the host in such a module (LOOPS_IN_DISPATCH's flags, no const-expr
-    hoisting with aggressive fusion) made modules that fail on every call ("ref is
-    null ... hal.buffer.subspan": the vmapped batch of 1024 diffrax solves beside
-    small loops, `tests/clients/test_diffrax.py`)."""
+    """`text` with its small loops in dispatches, the others left to the host, or
+    None where no loop moved."""
     from iree.compiler import ir
 
     with ir.Context(), ir.Location.unknown():

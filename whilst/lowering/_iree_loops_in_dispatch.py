@@ -26,7 +26,9 @@ runs as scalar code in one kernel: no submission, dispatch or readback per
 iteration, at a few ns per element of each op's result. A body over wide tensors
 runs slower so than as IREE's vectorized dispatches stepped from the host (whilst's
 own forward loops already unroll to amortize the host's cost), hence the work bound
-(`_worth_it`). Nested loops go in the same dispatch, as loops over vectors too.
+(`_worth_it`). Nested loops go in the same dispatch, as loops over vectors too. The
+loops that do not qualify stay in the module, stepped from the host as without
+this rewrite.
 """
 from __future__ import annotations
 
@@ -79,10 +81,9 @@ def _in_a_loop(op) -> bool:
 def _fits(loop) -> bool:
     """Whether `loop` can run in a dispatch: its state at most MAX_CARRIED_BYTES, every
     value in it of static shape and of an element type vectors hold, no host op; and
-    not a gradient or linear While of whilst's (whose unrolled bodies of shared
-    elementwise values made iree-compile 3.13's RematerializeParallelOpsPass run for
-    minutes: it fuses every elementwise producer into each of its users, copies of
-    copies, where no dispatch boundary stops it; `iree_limits/remat_in_dispatch.py`)."""
+    not a gradient or linear While of whilst's (whose unrolled bodies reading their
+    rows keep llvm-cpu codegen busy for minutes even with `_shared_values_materialized`:
+    `iree_limits/remat_in_dispatch.py`)."""
     from iree.compiler import ir
 
     if "whilst.role" in loop.attributes and ir.StringAttr(
