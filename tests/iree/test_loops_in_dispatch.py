@@ -218,3 +218,37 @@ def test_a_gradient_runs_its_forward_loop_in_a_dispatch_and_its_gradient_while_o
         for got, want in zip(run.main(args[0], f32(a)),
                              jax.grad(unrolled_loss, argnums=(0, 1))(args[0], f32(a))):
             np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
+    """The outer loop steps 2048 floats (left on the host); the inner Newton iteration
+    over one number moves into a dispatch inside the outer loop's body. Both give the
+    plain Python loops' results."""
+    from iree.compiler import ir
+    from whilst.lowering._ir_walk import ops_where
+    from whilst.lowering._iree_loops_in_dispatch import loops_in_dispatch
+
+    def f(x, n):
+        def body(c):
+            i, x = c
+            root = newton_sqrt(jnp.sum(x * x) + 1.0)[0]       # sqrt(|x|^2 + 1)
+            return i + 1, jnp.sin(x) / root
+        return jax.lax.while_loop(lambda c: c[0] < n, body, (0, x))[1]
+
+    def f_numpy(x, n):
+        for _ in range(n):
+            x = np.sin(x) / newton_sqrt_python(np.sum(x * x) + f32(1.0))[0]
+        return x
+
+    args = (np.linspace(-1, 1, 2048, dtype=f32), i32(3))
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(prepare([whilst.export(f, *args)]))
+        assert loops_in_dispatch(module) == 1
+        (outer,) = ops_where(module, lambda op: op.name == "stablehlo.while")
+        assert ops_where(outer, lambda op: op.name == "flow.dispatch.region")
+    compiled = whilst.compile(f, *args, cache=False)
+    assert has_loops_in_dispatch(compiled.flags), compiled.stages[-1]
+    run = compiled.load()
+    for n in [0, 1, 4]:
+        np.testing.assert_allclose(run.main(args[0], i32(n)), f_numpy(args[0], n), rtol=2e-5,
+                                   atol=1e-6)

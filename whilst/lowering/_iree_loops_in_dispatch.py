@@ -56,26 +56,35 @@ _HOST_OPS = frozenset({
 def loops_in_dispatch(module) -> int:
     """Inline the module's functions, then move each outermost `stablehlo.while` that
     `_fits` and is `_worth_it` into a dispatch region of its own (module docstring),
-    in place. Returns how many loops moved (0: the module is unchanged but inlined)."""
+    in place; within a loop that stays on the host, its outermost loops that qualify
+    move so, except in gradient and linear Whiles (`_fits`). Returns how many loops
+    moved (0: the module is unchanged but inlined)."""
     from iree.compiler.passmanager import PassManager
 
     PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
-    moved = 0
-    for loop in [op for op in ops_where(module, lambda op: op.name == "stablehlo.while")
-                 if not _in_a_loop(op)]:
-        if _fits(loop) and _worth_it(loop):
-            _into_dispatch(loop)
-            moved += 1
-    return moved
+    loops = ops_where(module, lambda op: op.name == "stablehlo.while")
+    moving = []
+    for loop in sorted(loops, key=_depth):
+        outer = _enclosing_loops(loop)
+        if (not any(o == m for o in outer for m in moving) and not any(map(_reverse, outer))
+                and _fits(loop) and _worth_it(loop)):
+            moving.append(loop)
+    for loop in moving:
+        _into_dispatch(loop)
+    return len(moving)
 
 
-def _in_a_loop(op) -> bool:
-    parent = op.parent
+def _enclosing_loops(op) -> list:
+    loops, parent = [], op.parent
     while parent is not None and parent.name != "func.func":
         if parent.name == "stablehlo.while":
-            return True
+            loops.append(parent)
         parent = parent.parent
-    return False
+    return loops
+
+
+def _depth(op) -> int:
+    return len(_enclosing_loops(op))
 
 
 def _fits(loop) -> bool:
@@ -86,8 +95,7 @@ def _fits(loop) -> bool:
     `iree_limits/remat_in_dispatch.py`)."""
     from iree.compiler import ir
 
-    if "whilst.role" in loop.attributes and ir.StringAttr(
-            loop.attributes["whilst.role"]).value != "forward":
+    if _reverse(loop):
         return False
     inside = ops_where(loop, lambda op: op != loop)
     if any(op.name in _HOST_OPS or op.name.split(".")[0] not in ("stablehlo", "chlo", "tensor")
@@ -100,6 +108,14 @@ def _fits(loop) -> bool:
     carried = [ir.RankedTensorType(r.type) for r in loop.results]
     return (all(_elements(t) > 0 for t in carried)
             and sum(_elements(t) * _bytes(t.element_type) for t in carried) <= MAX_CARRIED_BYTES)
+
+
+def _reverse(loop) -> bool:
+    """Whether `loop` is a gradient or linear While of whilst's."""
+    from iree.compiler import ir
+
+    return "whilst.role" in loop.attributes and ir.StringAttr(
+        loop.attributes["whilst.role"]).value != "forward"
 
 
 def _worth_it(loop) -> bool:
