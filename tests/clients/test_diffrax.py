@@ -155,11 +155,13 @@ BATCH = Y0 * np.linspace(0.5, 1.5, 64, dtype=np.float32)[:, None]
 @pytest.fixture(scope="module")
 def own_loops_compiled():
     """diffrax's `lax.while_loop`s (step loop, SaveAt loop, carries the bodies never
-    read) through `whilst.compile` as they are: one module of four functions."""
+    read) through `whilst.compile` as they are: one module of five functions."""
     return whilst.compile([whilst.export(lv_solve, Y0, RATES, name="lv"),
                            whilst.export(batch_solve, BATCH, RATES, name="batch"),
                            whilst.export(neural_ode, Y0 / 10, WEIGHTS, name="node"),
-                           whilst.export(adaptive_event_solve, Y0, RATES, name="event")])
+                           whilst.export(adaptive_event_solve, Y0, RATES, name="event"),
+                           whilst.export(fixed_step_event_solve, Y0, RATES,
+                                         name="fixed_step_event")])
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +183,21 @@ def test_vmapped_batch_and_neural_ode_on_own_loops(own_loops):
     for y0 in (Y0 / 10, Y0 / 20):
         np.testing.assert_allclose(own_loops.node(y0, WEIGHTS),
                                    jax.jit(neural_ode)(y0, WEIGHTS), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.iree
+def test_fixed_step_event_solve_on_own_loops_runs_its_loops_in_dispatches(own_loops_compiled,
+                                                                          own_loops):
+    """Stepped from the host, iree-compile 3.13 refuses this solve under every flag set
+    ("'scf.while' op ... region branch point has 38 operands, but region successor
+    needs 40 inputs"); its loops inside dispatches compile, and it stops where diffrax
+    on JAX stops."""
+    assert has_loops_in_dispatch(own_loops_compiled.flags), own_loops_compiled.stages
+    for y0 in (Y0, Y0 * 1.02):
+        t_want, y_want = jax.jit(fixed_step_event_solve)(y0, RATES)
+        assert 0.1 < float(t_want) < 10.0 and float(y_want[0]) <= 9.0
+        t_got, y_got = own_loops.fixed_step_event(y0, RATES)
+        np.testing.assert_allclose([t_got, *y_got], [t_want, *y_want], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.iree
