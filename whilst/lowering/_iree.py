@@ -37,6 +37,7 @@ there are several targets (`--iree-hal-link-executables=false`).
 """
 from __future__ import annotations
 
+import logging
 import re
 
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
@@ -383,13 +384,13 @@ def has_aggressive_fusion(flags) -> bool:
 
 def _iree_compile(source, args, seconds=None) -> bytes:
     """`tools.compile_str(source, extra_args=args)`, with iree-compile stopped past
-    `seconds` (CompilerToolError: "iree-compile ran past N s")."""
+    `seconds` (CompilerToolError: "iree-compile ran past N s"), and the warnings of a
+    compile that succeeds logged (DEBUG, the `whilst` logger) instead of printed
+    ("failed to move consumer into region", of dispatch regions whilst forms)."""
     import subprocess
 
     from iree.compiler.tools import CompilerToolError, core
 
-    if seconds is None:
-        return core.compile_str(source, extra_args=args)
     with core.TempFileSaver.implicit() as saver:
         command = core.build_compile_command_line(
             "-", saver, core.CompilerOptions(extra_args=list(args)))
@@ -401,7 +402,12 @@ def _iree_compile(source, args, seconds=None) -> bytes:
             command, -9, b"", f"error: iree-compile ran past {seconds} s, stopped".encode())
     if process.returncode:
         raise CompilerToolError(process)
+    if process.stderr:
+        _log.debug("iree-compile: %s", process.stderr.decode(errors="replace"))
     return process.stdout
+
+
+_log = logging.getLogger(__name__)
 
 
 def has_loops_in_dispatch(flags) -> bool:
@@ -511,11 +517,10 @@ def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=Non
         if source is None:
             continue
         try:
-            return tools.compile_str(source, extra_args=[*flags, "--compile-to=stream"]).decode()
+            return _iree_compile(source, [*flags, "--compile-to=stream"]).decode()
         except tools.CompilerToolError:
             continue
-    return tools.compile_str(source_for(text, last, forms),
-                             extra_args=[*last, "--compile-to=stream"]).decode()
+    return _iree_compile(source_for(text, last, forms), [*last, "--compile-to=stream"]).decode()
 
 
 def stream_copy_sizes(stream_text: str) -> list[int | None]:

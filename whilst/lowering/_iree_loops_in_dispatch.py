@@ -219,21 +219,21 @@ def _shared_values_materialized(loop) -> None:
     """Values computed in `loop` from more than SHARED_FUSION_LIMIT ops that several
     ops read are read by them through a vector that IREE 3.13's llvm-cpu codegen does
     not fuse through (`util.optimization_barrier` between `_to_vector` and
-    `_to_tensor`). Its RematerializeParallelOpsPass fuses every elementwise producer
-    into each of its users, and in a dispatch nothing stops it: a body whose steps
-    share values (an unrolled body, a vmapped one's chains of selects) grows
-    exponentially, and iree-compile ran for minutes (`iree_limits/
-    remat_in_dispatch.py`). Each value so kept costs the kernel a stack buffer, hence
-    only those past the limit."""
+    `_to_tensor`). Its RematerializeParallelOpsPass and its tile-and-fuse pass fuse
+    every elementwise producer into each of its users, and in a dispatch nothing
+    stops them: a body whose steps share values (an unrolled body, a vmapped one's
+    chains of selects) grows exponentially, and iree-compile ran for minutes
+    (`iree_limits/remat_in_dispatch.py`). Each value so kept costs the kernel a stack
+    buffer (32 KiB in all on llvm-cpu), hence only those past the limit."""
     from iree.compiler import ir
 
     fused = {}   # value -> how many ops codegen fuses into each of its users
     for op in ops_where(loop, lambda op: op != loop):
         size = 1 + sum(fused.get(v, 0) for v in op.operands)
         for result in op.results:
-            uses = [(use.owner, use.operand_number) for use in result.uses]
             if op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType):
                 continue
+            uses = [(use.owner, use.operand_number) for use in result.uses]
             if len(uses) < 2 or size <= SHARED_FUSION_LIMIT:
                 fused[result] = size
                 continue
@@ -247,7 +247,9 @@ def _shared_values_materialized(loop) -> None:
 
 
 # How many ops a value may stand for, fused into each of its several users, before
-# `_shared_values_materialized` keeps it apart.
+# `_shared_values_materialized` keeps it apart (bench/NOTES.md: at 32 a gradient's
+# forward While still ran away; with every shared value kept apart, a loop of the
+# IREE corpus needed more than the 32 KiB of stack).
 SHARED_FUSION_LIMIT = 8
 
 # Ops whose results codegen does not fuse into their users.
