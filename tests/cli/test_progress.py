@@ -149,6 +149,23 @@ def test_the_whilst_logger_is_quiet_unless_configured(tmp_path):
     assert "whilst INFO iree-compile for llvm-cpu (host): running" in stderr_of("configured")
 
 
+def test_iree_compile_warnings_go_to_the_whilst_logger_not_to_stderr(capfd, caplog):
+    """A compile that succeeds with warnings (here iree-compile's for a CPU it was not
+    told: every whilst compile names one) prints nothing; the warnings are logged at
+    DEBUG level."""
+    from whilst.lowering._iree import _iree_compile
+
+    text = ("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %y = stablehlo.add %x, %x : tensor<4xf32>\n  return %y : tensor<4xf32>\n}\n")
+    with caplog.at_level(logging.DEBUG, logger="whilst"):
+        vmfb = _iree_compile(text, ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
+                                    "--iree-hal-local-target-device-backends=llvm-cpu"])
+    assert vmfb
+    assert capfd.readouterr().err == ""
+    assert any("Defaulting to targeting a generic CPU" in r.getMessage()
+               for r in caplog.records if r.name.startswith("whilst")), caplog.records
+
+
 def two_zeros_carries(x):
     """A program iree-compile 3.13 rejects with aggressive fusion ("operand #1 does not
     dominate this use"; tests/iree/test_iree_corpus.py's two_zeros_carries): two carries
