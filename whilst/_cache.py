@@ -1,5 +1,7 @@
 """The compile cache: compiled modules keyed by what determines them, the prepared
-module text, the iree-compile flags and the IREE compiler's version.
+module text, the iree-compile flags, the IREE compiler's version, and the code of
+`whilst.lowering`, which derives from the text the form each flag set compiles (its
+loops moved into dispatches, for one).
 
 Entries live in `$WHILST_CACHE_DIR` (default `~/.cache/whilst`, or under
 `$XDG_CACHE_HOME`); `WHILST_CACHE_DIR=off` (or `cache=False`, `whilst compile
@@ -8,8 +10,10 @@ seal does not verify is ignored (and replaced), never loaded.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import pathlib
 
 from whilst._files import write_file
 from whilst.runtime import LoadError
@@ -38,9 +42,22 @@ def key(text: str, flags: list[str]) -> str:
     from iree.compiler import version
 
     h = hashlib.sha256()
-    for part in (version.VERSION, *version.REVISIONS.values(), *flags, text):
+    for part in (version.VERSION, *version.REVISIONS.values(), lowering_digest(), *flags,
+                 text):
         h.update(part.encode())
         h.update(b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def lowering_digest() -> str:
+    """sha256 of the source files of `whilst.lowering`, in name order."""
+    import whilst.lowering
+
+    h = hashlib.sha256()
+    folder = pathlib.Path(whilst.lowering.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 

@@ -51,6 +51,20 @@ def test_second_compile_hits_the_cache_and_a_changed_flag_misses(tmp_path, iree_
     assert len(os.listdir(tmp_path)) == 2
 
 
+def test_an_entry_made_by_other_lowering_code_is_not_used(tmp_path, monkeypatch,
+                                                           iree_compile_calls):
+    """The key holds a digest of `whilst.lowering`'s code, which derives the form each
+    flag set compiles (loops moved into dispatches): a whilst whose lowering differs
+    compiles anew."""
+    args = (np.zeros(2, np.float32), np.int32(0))
+    whilst.compile(step, *args, cache=tmp_path)
+    assert whilst.compile(step, *args, cache=tmp_path).cache_hit
+    monkeypatch.setattr(whilst._cache, "lowering_digest", lambda: "other lowering code")
+    again = whilst.compile(step, *args, cache=tmp_path)
+    assert not again.cache_hit and len(iree_compile_calls) == 2
+    assert len(os.listdir(tmp_path)) == 2
+
+
 def test_a_corrupted_cache_entry_is_recompiled_never_loaded(tmp_path, iree_compile_calls):
     args = (np.zeros(2, np.float32), np.int32(0))
     good = whilst.compile(step, *args, cache=tmp_path).data
