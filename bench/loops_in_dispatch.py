@@ -29,7 +29,7 @@ from _timing import fmt_ratio, fmt_time, measure, table  # noqa: E402
 from whilst.lowering import flag_sets, has_loops_in_dispatch, prepare, source_for  # noqa: E402
 from whilst.lowering._ir_walk import ops_where  # noqa: E402
 from whilst.lowering._iree_loops_in_dispatch import (  # noqa: E402
-    _depth, _fits, _into_dispatch, _worth_it)
+    _enclosing_loops, _fits, _into_dispatch, _worth_it)
 from whilst.runtime.seal import seal  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def every_loop_in_dispatch(text: str) -> tuple[str, list[str]]:
         PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
         notes = []
         for loop in [op for op in ops_where(module, lambda op: op.name == "stablehlo.while")
-                     if _depth(op) == 0 and _fits(op)]:
+                     if not _enclosing_loops(op) and _fits(op)]:
             ops = [op for op in ops_where(loop, lambda op: op != loop)
                    if op.name not in ("stablehlo.constant", "stablehlo.return")]
             work = sum(np.prod(ir.RankedTensorType(r.type).shape, dtype=int)

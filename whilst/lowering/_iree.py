@@ -62,6 +62,8 @@ from whilst.runtime.targets import TARGETS
 
 AFFINITY = "#hal.device.affinity<@__device_0>"
 
+_log = logging.getLogger(__name__)
+
 
 class CompileError(RuntimeError):
     """iree-compile rejected a module (the message keeps IREE's diagnostics), or made
@@ -405,9 +407,6 @@ def _iree_compile(source, args, seconds=None) -> bytes:
     if process.stderr:
         _log.debug("iree-compile: %s", process.stderr.decode(errors="replace"))
     return process.stdout
-
-
-_log = logging.getLogger(__name__)
 
 
 def has_loops_in_dispatch(flags) -> bool:

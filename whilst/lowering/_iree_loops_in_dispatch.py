@@ -62,10 +62,10 @@ def loops_in_dispatch(module) -> int:
     from iree.compiler.passmanager import PassManager
 
     PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
-    loops = ops_where(module, lambda op: op.name == "stablehlo.while")
+    loops = [(op, _enclosing_loops(op))
+             for op in ops_where(module, lambda op: op.name == "stablehlo.while")]
     moving = []
-    for loop in sorted(loops, key=_depth):
-        outer = _enclosing_loops(loop)
+    for loop, outer in sorted(loops, key=lambda pair: len(pair[1])):   # outermost first
         if (not any(o == m for o in outer for m in moving) and not any(map(_reverse, outer))
                 and _fits(loop) and _worth_it(loop)):
             moving.append(loop)
@@ -75,16 +75,13 @@ def loops_in_dispatch(module) -> int:
 
 
 def _enclosing_loops(op) -> list:
+    """The `stablehlo.while`s `op` lies in, innermost first."""
     loops, parent = [], op.parent
     while parent is not None and parent.name != "func.func":
         if parent.name == "stablehlo.while":
             loops.append(parent)
         parent = parent.parent
     return loops
-
-
-def _depth(op) -> int:
-    return len(_enclosing_loops(op))
 
 
 def _fits(loop) -> bool:
