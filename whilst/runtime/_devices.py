@@ -74,8 +74,14 @@ def replace_lost(driver: str, lost) -> None:
 
 def current(driver: str):
     """`driver`'s device now (None where nothing holds one)."""
-    held = _devices[driver]() if driver in _devices else None
+    held = _live(driver)
     return None if held is None else held.device
+
+
+def _live(driver: str) -> Held | None:
+    """The `Held` of `driver`'s device while something holds it, else None."""
+    ref = _devices.get(driver)
+    return None if ref is None else ref()
 
 
 def device(driver: str) -> Held:
@@ -85,7 +91,7 @@ def device(driver: str) -> Held:
     import iree.runtime as rt
 
     with _lock:
-        held = _devices[driver]() if driver in _devices else None
+        held = _live(driver)
         if held is None:
             if driver in _SETTINGS:
                 during, after, allocators = _SETTINGS[driver]
