@@ -1,7 +1,7 @@
 """Loops in one dispatch against loops stepped from the host, on IREE llvm-cpu.
 
-Per program, in this process: each outermost loop's work per iteration (result
-elements of its ops) and op count, whether `_iree_loops_in_dispatch._worth_it`
+Per program, in this process: each outermost loop's work per iteration and op
+count (`loop_work`), whether `_iree_loops_in_dispatch._worth_it`
 takes it, and the median call time of the same prepared module compiled both ways,
 IREE `local-sync`, with the ratio in-dispatch / host-driven. In dispatches:
 `flag_sets`' LOOPS_IN_DISPATCH set, every loop that fits moved, taken or not;
@@ -29,7 +29,7 @@ from _timing import fmt_ratio, fmt_time, measure, table  # noqa: E402
 from whilst.lowering import flag_sets, has_loops_in_dispatch, prepare, source_for  # noqa: E402
 from whilst.lowering._ir_walk import ops_where  # noqa: E402
 from whilst.lowering._iree_loops_in_dispatch import (  # noqa: E402
-    _enclosing_loops, _fits, _into_dispatch, _worth_it)
+    _enclosing_loops, _fits, _into_dispatch, _worth_it, loop_work)
 from whilst.runtime.seal import seal  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +56,8 @@ CASES = {
     "whilst_sines_64": (whilst_sines, (X64, N)),
     "whilst_sines_4": (whilst_sines, (X64[:4], N)),
     **{name: CLIENT_CASES[name] for name in (
-        "lv_solve_own_loops", "lv_solve_whilst_adjoint", "newton", "fixed_point", "bfgs")},
+        "lv_solve_own_loops", "lv_solve_whilst_adjoint", "newton", "fixed_point", "bfgs",
+        "decay_grad_whilst_adjoint", "lv_grad_whilst_adjoint", "fixed_point_grad")},
 }
 
 
@@ -67,14 +68,12 @@ def every_loop_in_dispatch(text: str) -> tuple[str, list[str]]:
         module = ir.Module.parse(text)
         PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
         notes = []
-        for loop in [op for op in ops_where(module, lambda op: op.name == "stablehlo.while")
-                     if not _enclosing_loops(op) and _fits(op)]:
-            ops = [op for op in ops_where(loop, lambda op: op != loop)
-                   if op.name not in ("stablehlo.constant", "stablehlo.return")]
-            work = sum(np.prod(ir.RankedTensorType(r.type).shape, dtype=int)
-                       for op in ops for r in op.results)
-            notes.append(f"{work}/{len(ops)} ({'taken' if _worth_it(loop) else 'left'})")
-            _into_dispatch(loop)
+        for number, loop in enumerate(ops_where(module, lambda op: op.name == "stablehlo.while")):
+            if _enclosing_loops(loop) or not _fits(loop):
+                continue
+            work, ops = loop_work(loop)
+            notes.append(f"{work}/{ops} ({'taken' if _worth_it(loop) else 'left'})")
+            _into_dispatch(loop, number)
         return module.operation.get_asm(enable_debug_info=False), notes
 
 

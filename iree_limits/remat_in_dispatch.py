@@ -7,14 +7,15 @@ dispatch boundary stops it, and an unrolled or vmapped body grows exponentially 
 `whilst/lowering/_iree_loops_in_dispatch.py` keeps each value that stands for more
 than `SHARED_FUSION_LIMIT` fused ops and has several users apart from that fusion
 (`_shared_values_materialized`): a vmapped Collatz loop then compiles in seconds.
-A gradient While of whilst's (unrolled, reading its rows) still runs away with the
-workaround, so gradient and linear Whiles stay on the host (`_fits`), and
-`compile_module` stops that flag set's iree-compile after LOOPS_IN_DISPATCH_SECONDS.
+A gradient While of whilst's (unrolled, reading its rows) still runs away at that
+limit, so in gradient and linear Whiles every shared value is kept apart
+(`REVERSE_SHARED_FUSION_LIMIT`, 0), and `compile_module` stops that flag set's
+iree-compile after LOOPS_IN_DISPATCH_SECONDS.
 
     python iree_limits/remat_in_dispatch.py [--seconds 60]
 
-prints, for each loop alone in a dispatch, with and without the workaround,
-"compiled in N s" or "still compiling after N s".
+prints, for each loop alone in a dispatch, without the workaround and at each
+limit, "compiled in N s" or "still compiling after N s".
 """
 import argparse
 import subprocess
@@ -52,7 +53,7 @@ def compile_seconds(text, role, flags, seconds) -> str:
         module = ir.Module.parse(text)
         (loop,) = ops_where(module, lambda op: op.name == "stablehlo.while" and str(
             op.attributes["whilst.role"]) == f'"{role}"')
-        in_dispatch._into_dispatch(loop)
+        in_dispatch._into_dispatch(loop, 0)
         source = module.operation.get_asm(enable_debug_info=False)
     with core.TempFileSaver.implicit() as saver:
         command = core.build_compile_command_line(
@@ -77,15 +78,18 @@ def main():
         "Euler gradient While": (whilst.export(jax.grad(loss, argnums=1),
                                                np.ones(2, np.float32), np.float32(0.7)),
                                  "gradient")}
-    limit = in_dispatch.SHARED_FUSION_LIMIT
+    limits = in_dispatch.SHARED_FUSION_LIMIT, in_dispatch.REVERSE_SHARED_FUSION_LIMIT
+    tries = [("without the workaround", float("inf")), *[
+        (f"values past {limit} fused ops kept apart", limit) for limit in sorted(set(limits))]]
     for name, (exported, role) in programs.items():
         text = prepare([exported])
-        for label, value in [("without the workaround", float("inf")),
-                             ("with the workaround", limit)]:
-            in_dispatch.SHARED_FUSION_LIMIT = value
-            print(f"{name} in a dispatch, {label}: "
-                  f"{compile_seconds(text, role, flags, seconds)}", flush=True)
-        in_dispatch.SHARED_FUSION_LIMIT = limit
+        for label, value in tries:
+            in_dispatch.SHARED_FUSION_LIMIT = in_dispatch.REVERSE_SHARED_FUSION_LIMIT = value
+            try:
+                print(f"{name} in a dispatch, {label}: "
+                      f"{compile_seconds(text, role, flags, seconds)}", flush=True)
+            finally:
+                in_dispatch.SHARED_FUSION_LIMIT, in_dispatch.REVERSE_SHARED_FUSION_LIMIT = limits
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ diffrax = pytest.importorskip("diffrax")
 import whilst  # noqa: E402
 from whilst._compile import FALLBACK_NOTE  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
-from whilst.lowering import has_loops_in_dispatch, unroll_factors  # noqa: E402
+from whilst.lowering import (  # noqa: E402
+    compile_to_stream, has_loops_in_dispatch, loop_costs, prepare, unroll_factors)
 
 Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
@@ -269,14 +270,30 @@ def lv_fixed_steps(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
 
 
 @pytest.fixture(scope="module")
-def tsit5_gradients():
+def tsit5_compiled():
     """d/d rates of sum(ys) through `WhilstAdjoint()` (default policy), adaptive steps
     (PID controller), SaveAt t1 and ts, as one module."""
     return whilst.compile([
         whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint(), saveat=T1), Y0, RATES,
                       name="t1"),
         whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint()), Y0, RATES,
-                      name="ts")]).load()
+                      name="ts")])
+
+
+@pytest.fixture(scope="module")
+def tsit5_gradients(tsit5_compiled):
+    return tsit5_compiled.load()
+
+
+@pytest.mark.iree
+def test_tsit5_gradient_runs_every_loop_in_a_dispatch(tsit5_compiled):
+    """The forward While (its stacks of rows, 460 KB at SaveAt ts, written in place)
+    and the gradient While of each solve run in dispatches, no loop is left for the
+    host to step, and no loop went back to it."""
+    assert has_loops_in_dispatch(tsit5_compiled.flags), tsit5_compiled.stages[-1][0]
+    assert "left to the host" not in tsit5_compiled.stages[-1][0]
+    text = prepare([whilst.export(loss_grad(lv_solve, adjoint=WhilstAdjoint()), Y0, RATES)])
+    assert loop_costs(compile_to_stream(text)) == []
 
 
 @pytest.mark.iree

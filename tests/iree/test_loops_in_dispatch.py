@@ -1,7 +1,7 @@
 """Loops over a few numbers compiled for llvm-cpu (by default) run whole inside one
 dispatch (`whilst.lowering._iree_loops_in_dispatch`): no loop is left for the host
 to step, and every program gives its plain Python loop's results, on both CPU
-drivers. Wide loops, large states, gradient Whiles and modules for other targets
+drivers. Wide loops, large states and modules for other targets
 keep host-driven loops, beside small loops in dispatches in the same module."""
 import jax
 import jax.numpy as jnp
@@ -194,10 +194,10 @@ def test_a_wide_loop_stays_on_the_host_beside_a_small_loop_in_a_dispatch():
             np.testing.assert_allclose(got, sines_numpy(x, n), rtol=1e-5, atol=1e-6)
 
 
-def test_a_gradient_runs_its_forward_loop_in_a_dispatch_and_its_gradient_while_on_the_host():
+def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
     """jax.grad of a loop with a data-dependent stop: the forward While (a few
-    numbers and its rows) moves, the gradient While stays on the host; the gradient is
-    `jax.grad` of the loop unrolled in Python."""
+    numbers, and 40 rows it writes in place) and the gradient While move, no loop
+    is left for the host; the gradient is `jax.grad` of the loop unrolled in Python."""
     def loss(x, a):
         return jnp.sum(whilst.lax.while_loop(lambda c: c[1][0] < 10.0,
                                              lambda c: (c[0] + 1, c[1] * a + 0.1),
@@ -212,12 +212,64 @@ def test_a_gradient_runs_its_forward_loop_in_a_dispatch_and_its_gradient_while_o
     args = (np.array([1.0, 0.5], f32), f32(1.3))
     module = whilst.compile(grad, *args, cache=False)
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
-    assert len(loop_costs(compile_to_stream(prepare([whilst.export(grad, *args)])))) == 1
+    text = prepare([whilst.export(grad, *args)])
+    assert loop_costs(compile_to_stream(text)) == []
+    assert len(loop_costs(compile_to_stream(text, loops_in_dispatch=False))) == 2
     run = module.load()
     for a in [1.3, 1.9, 2.5]:
         for got, want in zip(run.main(args[0], f32(a)),
                              jax.grad(unrolled_loss, argnums=(0, 1))(args[0], f32(a))):
             np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
+    """A loop of 2 floats writing a row per step into a stack of 1000 rows (8 KB,
+    past MAX_CARRIED_BYTES as state) at `i + 2`, clamped into bounds as
+    `dynamic_update_slice` clamps: it runs in a dispatch, each row written in place,
+    and gives numpy's results for stops before, at and past the stack's end."""
+    from whilst.lowering._iree_loops_in_dispatch import MAX_CARRIED_BYTES
+
+    rows = 1000
+
+    def record(x, n):
+        def body(c):
+            i, x, stack = c
+            x = jnp.cos(x) * 0.9 + 0.05 * i.astype(f32)
+            return i + 1, x, jax.lax.dynamic_update_slice(stack, x[None], (i + 2, 0))
+        return jax.lax.while_loop(lambda c: c[0] < n, body,
+                                  (0, x, jnp.full((rows, 2), -1.0, f32)))[1:]
+
+    def record_numpy(x, n):
+        x, stack = np.array(x, f32), np.full((rows, 2), -1.0, f32)
+        for i in range(n):
+            x = np.cos(x) * f32(0.9) + f32(0.05) * f32(i)
+            stack[min(i + 2, rows - 1)] = x
+        return x, stack
+
+    assert rows * 2 * 4 > MAX_CARRIED_BYTES
+    args = (np.array([0.3, -1.0], f32), i32(5))
+    assert in_dispatch_form(record, *args) is not None
+    module = whilst.compile(record, *args, cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    assert loop_costs(compile_to_stream(prepare([whilst.export(record, *args)]))) == []
+    run = module.load()
+    for n in [0, 1, 3, 500, rows + 2, rows + 40]:
+        for got, want in zip(run.main(args[0], i32(n)), record_numpy(args[0], n)):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_a_stack_the_loop_reads_stays_state():
+    """A stack the body reads (its last row) is state, not rows written in place: past
+    MAX_CARRIED_BYTES its loop stays on the host."""
+    def running(x, n):
+        def body(c):
+            i, stack = c
+            row = jax.lax.dynamic_slice(stack, (jnp.maximum(i - 1, 0), 0), (1, 2))[0]
+            return i + 1, jax.lax.dynamic_update_slice(stack, (row * 0.5 + 1.0)[None], (i, 0))
+        return jax.lax.while_loop(lambda c: c[0] < n, body,
+                                  (1, jnp.zeros((1000, 2), f32).at[0].set(x)))[1]
+
+    assert in_dispatch_form(running, np.ones(2, f32), i32(4)) is None
 
 
 def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
@@ -252,3 +304,36 @@ def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
     for n in [0, 1, 4]:
         np.testing.assert_allclose(run.main(args[0], i32(n)), f_numpy(args[0], n), rtol=2e-5,
                                    atol=1e-6)
+
+
+def test_a_loop_whose_dispatch_fails_to_compile_alone_goes_back_to_the_host():
+    """A gradient whose forward While (5 floats, unrolled, and a 73x10 stack written
+    as selects) needs more than llvm-cpu's 32 KiB of kernel stack in a dispatch:
+    iree-compile's error points into that loop's dispatch, and the module is compiled
+    again with that loop alone stepped from the host and its gradient While still in
+    a dispatch; the gradient is `jax.grad` of the loop unrolled in Python."""
+    from helpers import unrolled
+
+    rng = np.random.RandomState(0)
+    w, b, x = ((rng.randn(5, 5) * 0.4).astype(f32), (rng.randn(5) * 0.1).astype(f32),
+               rng.randn(5).astype(f32))
+
+    def closed_over(loop):
+        def loss(w, b):
+            out = loop(lambda i, x: jnp.sum(x * x) < 40.0 - i,
+                       lambda i, x: (i + 1, jnp.tanh(w @ x + b) * 3.0), [0, x],
+                       maximum_iterations=30)
+            return jnp.sum(out[1] ** 2)
+        return loss
+
+    grad = jax.grad(closed_over(whilst.while_loop), argnums=(0, 1))
+    module = whilst.compile(grad, w, b, cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    label = module.stages[-1][0]
+    assert "exceeded stack allocation limit" in label and "in the dispatch of loop 0: left to " \
+        "the host" in label, label
+    want = jax.grad(closed_over(unrolled), argnums=(0, 1))
+    run = module.load()
+    for scale in (1.0, 0.5):
+        for got, expected in zip(run.main(w * f32(scale), b), want(w * f32(scale), b)):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)

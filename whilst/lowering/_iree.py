@@ -51,7 +51,8 @@ from whilst.lowering._iree_loops import (
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_loop_results import loop_results_fenced
-from whilst.lowering._iree_loops_in_dispatch import DISABLE_DISTRIBUTION, loops_in_dispatch
+from whilst.lowering._iree_loops_in_dispatch import (
+    DISABLE_DISTRIBUTION, loops_at_lines, loops_in_dispatch)
 from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
@@ -270,15 +271,17 @@ LOOPS_IN_DISPATCH = [DISABLE_DISTRIBUTION, NO_CONST_EXPR_HOISTING]
 LOOPS_IN_DISPATCH_SECONDS = 60
 
 
-def source_for(text: str, flags, memo=None) -> str | None:
+def source_for(text: str, flags, memo=None, on_host=frozenset()) -> str | None:
     """The module text `compile_module` compiles with `flags` (one of `flag_sets`):
-    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH (None where no
-    loop moves: that flag set is not tried), `text` itself for other flag sets
-    with aggressive fusion, and `unfenced(text)` for those without. `memo`, a dict,
-    keeps each form made once across calls."""
+    `text` with its small loops in dispatches for LOOPS_IN_DISPATCH, but for the
+    loops numbered in `on_host` (`loops_in_dispatch`; None where no loop moves: that
+    flag set is not tried), `text` itself for other flag sets with aggressive
+    fusion, and `unfenced(text)` for those without. `memo`, a dict, keeps each form
+    made once across calls."""
     memo = {} if memo is None else memo
     if has_loops_in_dispatch(flags):
-        kind, make = "in_dispatch", _with_loops_in_dispatch
+        kind, make = ("in_dispatch", *sorted(on_host)), lambda text: _with_loops_in_dispatch(
+            text, on_host)
     elif has_aggressive_fusion(flags):
         return text
     else:
@@ -288,14 +291,14 @@ def source_for(text: str, flags, memo=None) -> str | None:
     return memo[kind]
 
 
-def _with_loops_in_dispatch(text: str) -> str | None:
-    """`text` with its small loops in dispatches, the others left to the host, or
-    None where no loop moved."""
+def _with_loops_in_dispatch(text: str, on_host) -> str | None:
+    """`text` with its small loops in dispatches, the others and those numbered in
+    `on_host` left to the host, or None where no loop moved."""
     from iree.compiler import ir
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        if not loops_in_dispatch(module):
+        if not loops_in_dispatch(module, on_host):
             return None
         return module.operation.get_asm(enable_debug_info=False)
 
@@ -336,7 +339,9 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     Each compile runs in two iree-compile calls, to the executable-sources phase
     (where the bindings are read) and on from it: the same `.vmfb` as one call.
     Each flag set compiles its `source_for(text, flags)`, and is skipped where
-    that is None.
+    that is None. Where iree-compile fails on the dispatches of loops moved there
+    (LOOPS_IN_DISPATCH: llvm-cpu codegen of one loop's kernel, past its stack
+    memory), the same flag set is tried again with those loops left to the host.
     `on_fallback(reason, flags)` is called before each flag set tried after the
     first, with the one tried before and why it failed, in one line ("with
     aggressive fusion, iree-compile failed: ...", "with default fusion, iree-compile
@@ -353,29 +358,36 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     for flags in flag_sets(targets, cpu, gpu_arch, loops_in_dispatch):
         if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
             continue
+        on_host = set()
         source = source_for(text, flags, forms)
-        if source is None:
-            continue
-        if tried and on_fallback is not None:
-            on_fallback(f"with {describe_flags(tried[-1])}, {reason}", flags)
-        tried.append(flags)
-        args = [*flags, *extra_flags]
-        seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
-        try:
-            sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
-            error = cannot_run(sources, targets)
-            if error is None:
-                return _iree_compile(
-                    sources, [*args, f"--compile-from={SOURCES_PHASE}"], seconds), flags
-            reason = error.split(". ")[0]
-        except tools.CompilerToolError as e:
-            error = f"iree-compile failed for targets {list(targets)}:\n{e}"
-            reason = _failure(str(e))
-            hoisting_crashed = hoisting_crashed or (
-                _crash_frame(str(e)) is not None and HOISTING_CRASH_SOURCE in str(e))
-            if TIMEPOINT_COVERAGE in str(e):
-                error += NESTED_LOOPS_HINT
-            error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
+        while source is not None:
+            if tried and on_fallback is not None:
+                on_fallback(f"with {describe_flags(tried[-1])}, {reason}", flags)
+            tried.append(flags)
+            args = [*flags, *extra_flags]
+            seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
+            try:
+                sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
+                error = cannot_run(sources, targets)
+                if error is None:
+                    return _iree_compile(
+                        sources, [*args, f"--compile-from={SOURCES_PHASE}"], seconds), flags
+                reason, failed = error.split(". ")[0], set()
+            except tools.CompilerToolError as e:
+                error = f"iree-compile failed for targets {list(targets)}:\n{e}"
+                reason = _failure(str(e))
+                hoisting_crashed = hoisting_crashed or (
+                    _crash_frame(str(e)) is not None and HOISTING_CRASH_SOURCE in str(e))
+                if TIMEPOINT_COVERAGE in str(e):
+                    error += NESTED_LOOPS_HINT
+                error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
+                failed = (loops_at_lines(source, _error_lines(str(e))) - on_host
+                          if has_loops_in_dispatch(flags) else set())
+            if failed:
+                reason += (f" (in the dispatch of loop{'s' * (len(failed) > 1)} "
+                           f"{', '.join(map(str, sorted(failed)))}: left to the host)")
+            on_host |= failed
+            source = source_for(text, flags, forms, on_host) if failed else None
     raise CompileError(error) from None
 
 
@@ -459,6 +471,16 @@ def _first_error(diagnostics: str) -> str:
     errors = [line.partition("error: ")[2] for line in lines if "error: " in line]
     message = (errors or [line.strip() for line in lines if line.strip()] or ["(none)"])[0]
     return message if len(message) <= 200 else message[:197] + "..."
+
+
+def _error_lines(diagnostics: str) -> list[int]:
+    """The lines of the module text (read from standard input) that iree-compile's
+    errors point at."""
+    return [int(found.group(1)) for found in _ERROR_AT.finditer(diagnostics)]
+
+
+# "<stdin>:106:12: error: 'func.func' op exceeded stack allocation limit ..."
+_ERROR_AT = re.compile(r"^<stdin>:(\d+):\d+: error: ", re.MULTILINE)
 
 
 # iree-compile 3.13's diagnostic for StableHLO ops its input conversion does not handle,

@@ -10,7 +10,8 @@ all its time there: diffrax's Lotka-Volterra solve took 30-70 us per solver step
 IREE 3.13 compiles a loop that its input places in a `flow.dispatch.region` into
 that one dispatch, on two conditions: the loop carries vectors, not tensors (one-shot
 bufferization refuses loops that carry tensors: "Yield operand #0 is not equivalent
-to the corresponding iter bbArg"), and codegen does not distribute the dispatch over
+to the corresponding iter bbArg"; stacks the loop only writes rows into are the
+exception, `_iree_rows_in_dispatch`), and codegen does not distribute the dispatch over
 workgroups (`DISABLE_DISTRIBUTION`; with distribution, llvm-cpu refuses the writes
 after the loop: "write affecting operations on global resources are restricted to
 workgroup distributed contexts"). So `loops_in_dispatch` rewrites each such loop::
@@ -28,11 +29,14 @@ runs slower so than as IREE's vectorized dispatches stepped from the host (whils
 own forward loops already unroll to amortize the host's cost), hence the work bound
 (`_worth_it`). Nested loops go in the same dispatch, as loops over vectors too. The
 loops that do not qualify stay in the module, stepped from the host as without
-this rewrite.
+this rewrite. A gradient While moves as a forward loop does: it carries a few
+numbers and reads its rows from the stacks its forward While wrote.
 """
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_rows_in_dispatch import (
+    insert_rows, rows_written_in_place, written_elements)
 
 # llvm-cpu codegen of a dispatch in one workgroup: what lets a loop in a dispatch
 # region compile (module docstring). It holds for every dispatch of the module, so
@@ -53,25 +57,49 @@ _HOST_OPS = frozenset({
     "stablehlo.sort", "stablehlo.fft", "stablehlo.triangular_solve", "stablehlo.cholesky"})
 
 
-def loops_in_dispatch(module) -> int:
+def loops_in_dispatch(module, on_host=frozenset()) -> int:
     """Inline the module's functions, then move each outermost `stablehlo.while` that
     `_fits` and is `_worth_it` into a dispatch region of its own (module docstring),
     in place; within a loop that stays on the host, its outermost loops that qualify
-    move so, except in gradient and linear Whiles (`_fits`). Returns how many loops
-    moved (0: the module is unchanged but inlined)."""
+    move so, except in gradient and linear Whiles. Gradient Whiles that write slots
+    (`_writes_slots`) stay on the host. The loops whose numbers (in walk
+    order) are in `on_host` stay on the host; each region records its loop's number
+    (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
+    unchanged but inlined)."""
     from iree.compiler.passmanager import PassManager
 
     PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
-    loops = [(op, _enclosing_loops(op))
-             for op in ops_where(module, lambda op: op.name == "stablehlo.while")]
+    loops = [(number, op, _enclosing_loops(op)) for number, op in enumerate(
+        ops_where(module, lambda op: op.name == "stablehlo.while"))]
     moving = []
-    for loop, outer in sorted(loops, key=lambda pair: len(pair[1])):   # outermost first
-        if (not any(o == m for o in outer for m in moving) and not any(map(_reverse, outer))
+    for number, loop, outer in sorted(loops, key=lambda each: len(each[2])):  # outermost first
+        if (number not in on_host and not any(o == m for o in outer for _, m in moving)
+                and not any(map(_reverse, outer)) and not _writes_slots(loop)
                 and _fits(loop) and _worth_it(loop)):
-            moving.append(loop)
-    for loop in moving:
-        _into_dispatch(loop)
+            moving.append((number, loop))
+    for number, loop in moving:
+        _into_dispatch(loop, number)
     return len(moving)
+
+
+# The attribute of a dispatch region that holds a loop: the loop's number.
+LOOP_ATTR = "whilst.loop"
+
+
+def loops_at_lines(text: str, lines) -> set:
+    """The numbers (`LOOP_ATTR`) of the loops in dispatch regions of module `text`
+    (a form `loops_in_dispatch` made) that hold an op at one of `lines` of `text`:
+    where iree-compile's diagnostics of a failed compile point."""
+    from iree.compiler import ir
+
+    found, lines = set(), set(lines)
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        for region in ops_where(module, lambda op: LOOP_ATTR in op.attributes):
+            if any(op.location.start_line in lines for op in ops_where(region, lambda op: True)):
+                found.add(ir.IntegerAttr(region.attributes[LOOP_ATTR]).value)
+    return found
 
 
 def _enclosing_loops(op) -> list:
@@ -85,15 +113,11 @@ def _enclosing_loops(op) -> list:
 
 
 def _fits(loop) -> bool:
-    """Whether `loop` can run in a dispatch: its state at most MAX_CARRIED_BYTES, every
-    value in it of static shape and of an element type vectors hold, no host op; and
-    not a gradient or linear While of whilst's (whose unrolled bodies reading their
-    rows keep llvm-cpu codegen busy for minutes even with `_shared_values_materialized`:
-    `iree_limits/remat_in_dispatch.py`)."""
+    """Whether `loop` can run in a dispatch: its state at most MAX_CARRIED_BYTES (less
+    the stacks it only writes rows into, `_iree_rows_in_dispatch`), every value in it
+    of static shape and of an element type vectors hold, no host op."""
     from iree.compiler import ir
 
-    if _reverse(loop):
-        return False
     inside = ops_where(loop, lambda op: op != loop)
     if any(op.name in _HOST_OPS or op.name.split(".")[0] not in ("stablehlo", "chlo", "tensor")
            for op in inside):
@@ -102,9 +126,22 @@ def _fits(loop) -> bool:
     if not all(isinstance(t, ir.RankedTensorType) and t.has_static_shape
                and _vector_element(t.element_type) for t in values):
         return False
-    carried = [ir.RankedTensorType(r.type) for r in loop.results]
+    in_place = rows_written_in_place(loop)
+    carried = [ir.RankedTensorType(r.type) for k, r in enumerate(loop.results)
+               if k not in in_place]
     return (all(_elements(t) > 0 for t in carried)
             and sum(_elements(t) * _bytes(t.element_type) for t in carried) <= MAX_CARRIED_BYTES)
+
+
+def _writes_slots(loop) -> bool:
+    """Whether `loop` is a gradient or linear While that writes into tensors
+    (scatters, `dynamic_update_slice`s): a checkpointed gradient's, which stores
+    checkpoints in slots as it goes. Such loops stay on the host: one of the IREE
+    corpus's (`checkpoint_jvp_and_grad_of_grad`, a second derivative) computed a
+    wrong gradient in a dispatch, with or without its slot writes' updates kept
+    apart; why was not found. A stored gradient While only reads its rows."""
+    return _reverse(loop) and bool(ops_where(loop, lambda op: op.name in (
+        "stablehlo.scatter", "stablehlo.dynamic_update_slice")))
 
 
 def _reverse(loop) -> bool:
@@ -118,15 +155,38 @@ def _reverse(loop) -> bool:
 def _worth_it(loop) -> bool:
     """Whether the loop's body does little enough work per iteration that running it
     as scalar code in one dispatch beats stepping it from the host: at most 1024
-    result elements plus 16 per op (`bench/loops_in_dispatch.py`: diffrax's
-    Lotka-Volterra step loop, 1046 elements over 332 ops, ran 22x faster; whilst's
-    own sin loop over 64 floats unrolled 16 times, 12548 over 261, 7x slower)."""
+    result elements of ops that compute (`_MOVES` only place values, which scalar
+    code mostly folds away; a write of rows in place counts the elements it writes)
+    plus 16 per op (`bench/loops_in_dispatch.py`: diffrax's Lotka-Volterra step loop,
+    659 elements over 339 ops, ran 22x faster, its gradient While, 14791 over 1253,
+    PENDINGx; whilst's own sin loop over 64 floats unrolled 16 times, 12354 over
+    260, 7x slower)."""
+    work, ops = loop_work(loop)
+    return work <= 1024 + 16 * ops
+
+
+def loop_work(loop) -> tuple[int, int]:
+    """`(work, ops)` of `loop` per iteration, as `_worth_it` weighs them: the result
+    elements of its ops that compute (a write of rows in place, the elements it
+    writes) and how many ops it has, constants and terminators aside."""
     from iree.compiler import ir
 
     ops = [op for op in ops_where(loop, lambda op: op != loop)
            if op.name not in ("stablehlo.constant", "stablehlo.return")]
-    work = sum(_elements(ir.RankedTensorType(r.type)) for op in ops for r in op.results)
-    return work <= 1024 + 16 * len(ops)
+    writes = {write for inner in ops_where(loop, lambda op: op.name == "stablehlo.while")
+              for chain in rows_written_in_place(inner).values() for write in chain}
+    work = sum(written_elements(op) if op in writes else
+               sum(_elements(ir.RankedTensorType(r.type)) for r in op.results)
+               for op in ops if op.name not in _MOVES)
+    return work, len(ops)
+
+
+# Ops that place or relabel values without computing new ones.
+_MOVES = frozenset({
+    "stablehlo.broadcast_in_dim", "stablehlo.iota", "stablehlo.reshape",
+    "stablehlo.bitcast_convert", "stablehlo.convert", "stablehlo.optimization_barrier",
+    "stablehlo.concatenate", "stablehlo.slice", "stablehlo.dynamic_slice",
+    "stablehlo.transpose"})
 
 
 def _elements(tensor) -> int:
@@ -149,9 +209,10 @@ def _vector_element(element) -> bool:
     return isinstance(element, (ir.IntegerType, ir.FloatType))
 
 
-def _into_dispatch(loop) -> None:
+def _into_dispatch(loop, number) -> None:
     """Replace `loop` by a `flow.dispatch.region` holding it as an `scf.while` over
-    vectors, which returns the loop results that are used; the barrier that fences
+    vectors, which returns the loop results that are used and records the loop's
+    `number` (LOOP_ATTR); the barrier that fences
     the loop's results (`_iree_loop_results`) and those in its body
     (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go."""
     from iree.compiler import ir
@@ -160,29 +221,34 @@ def _into_dispatch(loop) -> None:
         if user.name == "stablehlo.optimization_barrier" and all(
                 v.owner == loop for v in user.operands):
             _unwrap(user)
+    for barrier in ops_where(loop, lambda op: op.name == "stablehlo.optimization_barrier"):
+        _unwrap(barrier)
     used = [i for i, result in enumerate(loop.results) if list(result.uses)]
+    in_place = rows_written_in_place(loop)
     types = [ir.RankedTensorType(loop.results[i].type) for i in used]
+    returned = [_storage(t) if i in in_place else _signless(t) for i, t in zip(used, types)]
     with ir.InsertionPoint(loop), loop.location:
         region = ir.Operation.create(
-            "flow.dispatch.region", results=[_signless(t) for t in types],
-            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0])}, regions=2)
+            "flow.dispatch.region", results=returned,
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 0]),
+                        LOOP_ATTR: ir.IntegerAttr.get(ir.IntegerType.get_signless(32), number)},
+            regions=2)
         block = region.regions[0].blocks.append()
         outs = [_as(result, t) for result, t in zip(region.results, types)]
     for i, out in zip(used, outs):
         loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
-    for barrier in ops_where(loop, lambda op: op.name == "stablehlo.optimization_barrier"):
-        _unwrap(barrier)
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
+    _scalar_pads(loop)
     _shared_values_materialized(loop)
     for inner in ops_where(loop, lambda op: op.name == "stablehlo.while" and op != loop):
         _over_vectors(inner)
     location = loop.location
-    results = _over_vectors(loop)
+    results = _over_vectors(loop, set(used))
     with ir.InsertionPoint(block), location:
         ir.Operation.create("flow.return", operands=[
-            _as(results[i], _signless(t)) for i, t in zip(used, types)])
+            _as(results[i], t) for i, t in zip(used, returned)])
 
 
 def _scalar_bitcasts(loop) -> None:
@@ -212,6 +278,34 @@ def _scalar_bitcasts(loop) -> None:
         cast.erase()
 
 
+def _scalar_pads(loop) -> None:
+    """`pad(broadcast_in_dim(x))` of a scalar `x` in `loop` pads the broadcast read
+    through a vector that codegen does not fuse through (as in
+    `_shared_values_materialized`): llvm-cpu codegen of the first form in a dispatch
+    fails as `_scalar_bitcasts`' does (the adjoint of indexing one element, in a
+    gradient While; `iree_limits/pad_of_broadcast_in_dispatch.py`)."""
+    from iree.compiler import ir
+
+    for pad in ops_where(loop, lambda op: op.name == "stablehlo.pad"):
+        spread = pad.operands[0].owner
+        if (getattr(spread, "name", None) != "stablehlo.broadcast_in_dim"
+                or ir.RankedTensorType(spread.operands[0].type).rank != 0):
+            continue
+        with ir.InsertionPoint(pad), pad.location:
+            pad.operands[0] = _kept_apart(pad.operands[0])
+
+
+def _kept_apart(value):
+    """`value` read through a vector behind a `util.optimization_barrier`, which
+    codegen neither fuses nor folds through."""
+    from iree.compiler import ir
+
+    vector = _to_vector(value)
+    kept = ir.Operation.create("util.optimization_barrier", results=[vector.type],
+                               operands=[vector]).result
+    return _to_tensor(kept, value.type)
+
+
 def _shared_values_materialized(loop) -> None:
     """Values computed in `loop` from more than SHARED_FUSION_LIMIT ops that several
     ops read are read by them through a vector that IREE 3.13's llvm-cpu codegen does
@@ -221,9 +315,11 @@ def _shared_values_materialized(loop) -> None:
     stops them: a body whose steps share values (an unrolled body, a vmapped one's
     chains of selects) grows exponentially, and iree-compile ran for minutes
     (`iree_limits/remat_in_dispatch.py`). Each value so kept costs the kernel a stack
-    buffer (32 KiB in all on llvm-cpu), hence only those past the limit."""
+    buffer (32 KiB in all on llvm-cpu), hence only those past the limit
+    (REVERSE_SHARED_FUSION_LIMIT in gradient and linear Whiles)."""
     from iree.compiler import ir
 
+    limit = REVERSE_SHARED_FUSION_LIMIT if _reverse(loop) else SHARED_FUSION_LIMIT
     fused = {}   # value -> how many ops codegen fuses into each of its users
     for op in ops_where(loop, lambda op: op != loop):
         size = 1 + sum(fused.get(v, 0) for v in op.operands)
@@ -231,14 +327,11 @@ def _shared_values_materialized(loop) -> None:
             if op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType):
                 continue
             uses = [(use.owner, use.operand_number) for use in result.uses]
-            if len(uses) < 2 or size <= SHARED_FUSION_LIMIT:
+            if len(uses) < 2 or size <= limit:
                 fused[result] = size
                 continue
             with ir.InsertionPoint.after(op), op.location:
-                vector = _to_vector(result)
-                kept = ir.Operation.create("util.optimization_barrier", results=[vector.type],
-                                           operands=[vector]).result
-                shared = _to_tensor(kept, result.type)
+                shared = _kept_apart(result)
             for owner, number in uses:
                 owner.operands[number] = shared
 
@@ -248,6 +341,9 @@ def _shared_values_materialized(loop) -> None:
 # forward While still ran away; with every shared value kept apart, a loop of the
 # IREE corpus needed more than the 32 KiB of stack).
 SHARED_FUSION_LIMIT = 8
+# The same in gradient and linear Whiles: every shared value kept apart (at 8 an Euler
+# gradient While still ran away, `iree_limits/remat_in_dispatch.py`).
+REVERSE_SHARED_FUSION_LIMIT = 0
 
 # Ops whose results codegen does not fuse into their users.
 _NOT_FUSED = frozenset({"stablehlo.constant", "stablehlo.while", "stablehlo.return"})
@@ -277,22 +373,35 @@ def _constants_inside(loop, block) -> None:
                     op.operands[i] = clones[owner].results[0]
 
 
-def _over_vectors(loop) -> list:
+def _over_vectors(loop, read=None) -> list:
     """Replace the `stablehlo.while` `loop` by an `scf.while` over vectors at its place,
     its regions' ops moved into the new one's; returns its results, as tensors, which
-    replace the loop's."""
+    replace the loop's. Stacks it only writes rows into stay tensors, written in
+    place (`_iree_rows_in_dispatch`), or go where nothing reads the loop's result (a
+    kernel would keep them in its stack memory); their results are None. `read`: for
+    the loop a region returns, the results it returns; those are not replaced, and
+    the stacks are returned as they are stored (`_storage`)."""
     from iree.compiler import ir
 
     types = [r.type for r in loop.results]
+    in_place = rows_written_in_place(loop)
+    unread = {k for k in in_place if (k not in read if read is not None
+                                      else not list(loop.results[k].uses))}
+    kept = [k for k in range(len(types)) if k not in unread]
     with ir.InsertionPoint(loop), loop.location:
-        inits = [_to_vector(v) for v in loop.operands]
+        inits = [_stack_init(loop.operands[k], _storage(ir.RankedTensorType(types[k])))
+                 if k in in_place else _to_vector(loop.operands[k]) for k in kept]
         vectors = [v.type for v in inits]
         new = ir.Operation.create("scf.while", results=vectors, operands=inits, regions=2)
         for region, old_region, is_cond in zip(new.regions, loop.regions, (True, False)):
             block, old = region.blocks.append(*vectors), old_region.blocks[0]
+            args = dict(zip(kept, block.arguments))
             with ir.InsertionPoint(block):
-                for old_arg, arg, t in zip(old.arguments, block.arguments, types):
-                    old_arg.replace_all_uses_with(_to_tensor(arg, t))
+                for k in kept:
+                    if k not in in_place:
+                        old.arguments[k].replace_all_uses_with(_to_tensor(args[k], types[k]))
+            if not is_cond:
+                _rows_inserted(in_place, old, args)
             *ops, ret = [op.operation for op in old.operations]
             for op in ops:
                 ir.InsertionPoint(block).insert(op.detach_from_parent())
@@ -304,14 +413,51 @@ def _over_vectors(loop) -> list:
                     ir.Operation.create("scf.condition",
                                         operands=[test.result, *block.arguments])
                 else:
-                    ir.Operation.create("scf.yield",
-                                        operands=[_to_vector(v) for v in ret.operands])
+                    ir.Operation.create("scf.yield", operands=[
+                        ret.operands[k] if k in in_place else _to_vector(ret.operands[k])
+                        for k in kept])
             ret.erase()
-        results = [_to_tensor(r, t) for r, t in zip(new.results, types)]
-    for old, result in zip(loop.results, results):
-        old.replace_all_uses_with(result)
+        outs = dict(zip(kept, new.results))
+        results = [None if k in unread else _to_tensor(outs[k], t) if k not in in_place
+                   else outs[k] if read is not None else _as(outs[k], ir.RankedTensorType(t))
+                   for k, t in enumerate(types)]
+    if read is None:
+        for old, result in zip(loop.results, results):
+            if result is not None:
+                old.replace_all_uses_with(result)
     loop.erase()
     return results
+
+
+def _stack_init(value, storage):
+    """The first value of a stack carried as a tensor of type `storage`: `value`
+    converted, or a `tensor.empty` of its own where `value` is one (one-shot
+    bufferization then writes the stack in place in the dispatch's result, where it
+    would copy a captured one)."""
+    from iree.compiler import ir
+
+    if getattr(value.owner, "name", None) == "tensor.empty":
+        return ir.Operation.create("tensor.empty", results=[storage]).result
+    return _as(value, storage)
+
+
+def _rows_inserted(in_place, old, args) -> None:
+    """In the body `old` of a loop becoming an `scf.while` whose body's arguments are
+    `args` (by carry), each write of rows into a carry of `in_place`
+    (`rows_written_in_place`) becomes a `tensor.insert_slice` into that argument, as
+    it is stored; the writes into a carry not in `args` go."""
+    from iree.compiler import ir
+
+    for k, writes in in_place.items():
+        carry = args.get(k)
+        for write in writes:
+            if carry is not None:
+                carry = insert_rows(write, carry, ir.RankedTensorType(carry.type))
+            write.results[0].replace_all_uses_with(
+                write.operands[0] if carry is None else carry)
+            write.erase()
+        if carry is not None:
+            old.arguments[k].replace_all_uses_with(args[k])
 
 
 def _signless(tensor):
