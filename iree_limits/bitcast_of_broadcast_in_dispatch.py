@@ -20,32 +20,39 @@ import numpy as np  # noqa: E402
 from iree.compiler import ir, tools  # noqa: E402
 
 import whilst  # noqa: E402
-from iree_limits.hoisted_nested_loop import solve  # noqa: E402
+from hoisted_nested_loop import solve  # noqa: E402  (this folder, run as a script)
 from whilst.lowering import flag_sets, has_loops_in_dispatch, prepare  # noqa: E402
 from whilst.lowering import _iree_loops_in_dispatch as in_dispatch  # noqa: E402
+
+
+def compiled_with(text: str, rewrite: str, replacement) -> str:
+    """"compiled", or iree-compile's first error, for prepared module `text` with its
+    loops in dispatches, `_iree_loops_in_dispatch`'s function `rewrite` replaced by
+    `replacement` (None: as whilst has it) while the loops move."""
+    flags = next(f for f in flag_sets(("llvm-cpu",), loops_in_dispatch=True)
+                 if has_loops_in_dispatch(f))
+    kept = getattr(in_dispatch, rewrite)
+    setattr(in_dispatch, rewrite, kept if replacement is None else replacement)
+    try:
+        with ir.Context(), ir.Location.unknown():
+            module = ir.Module.parse(text)
+            assert in_dispatch.loops_in_dispatch(module)
+            source = module.operation.get_asm(enable_debug_info=False)
+    finally:
+        setattr(in_dispatch, rewrite, kept)
+    try:
+        tools.compile_str(source, extra_args=flags)
+        return "compiled"
+    except tools.CompilerToolError as e:
+        first = next((line for line in str(e).splitlines() if "error:" in line), str(e))
+        return first.strip()[:200]
 
 
 def main():
     args = np.array([10.0, 10.0], np.float32), np.array([0.1, 0.02, 0.4, 0.02], np.float32)
     text = prepare([whilst.export(solve, *args)])
-    flags = next(f for f in flag_sets(("llvm-cpu",), loops_in_dispatch=True)
-                 if has_loops_in_dispatch(f))
-    commute = in_dispatch._scalar_bitcasts
-    for label, rewrite in [("bitcasts commuted", commute), ("as exported", lambda loop: None)]:
-        in_dispatch._scalar_bitcasts = rewrite
-        try:
-            with ir.Context(), ir.Location.unknown():
-                module = ir.Module.parse(text)
-                assert in_dispatch.loops_in_dispatch(module)
-                source = module.operation.get_asm(enable_debug_info=False)
-        finally:
-            in_dispatch._scalar_bitcasts = commute
-        try:
-            tools.compile_str(source, extra_args=flags)
-            print(f"{label}: compiled")
-        except tools.CompilerToolError as e:
-            first = next((line for line in str(e).splitlines() if "error:" in line), str(e))
-            print(f"{label}: {first.strip()[:200]}")
+    for label, replacement in [("bitcasts commuted", None), ("as exported", lambda loop: None)]:
+        print(f"{label}: {compiled_with(text, '_scalar_bitcasts', replacement)}")
 
 
 if __name__ == "__main__":
