@@ -258,6 +258,43 @@ def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
+def test_rows_of_unsigned_integers_and_booleans_are_written_in_place():
+    """Stacks of 2000 uint32 rows (xorshift states) and of booleans (their low bit),
+    kept as the dispatch stores them (signless integers, booleans as bytes), give
+    numpy's rows."""
+    rows = 2000
+
+    def record(x, n):
+        def body(c):
+            i, x, words, bits = c
+            x = x ^ (x << 13)
+            x = x ^ (x >> 17)
+            x = x ^ (x << 5)
+            return (i + 1, x, jax.lax.dynamic_update_slice(words, x[None], (i, 0)),
+                    jax.lax.dynamic_update_slice(bits, (x & 1 == 1)[None], (i, 0)))
+        return jax.lax.while_loop(lambda c: c[0] < n, body,
+                                  (0, x, jnp.zeros((rows, 2), u32),
+                                   jnp.zeros((rows, 2), bool)))[1:]
+
+    def record_numpy(x, n):
+        x, words, bits = np.array(x, u32), np.zeros((rows, 2), u32), np.zeros((rows, 2), bool)
+        for i in range(n):
+            x = x ^ (x << u32(13))
+            x = x ^ (x >> u32(17))
+            x = x ^ (x << u32(5))
+            words[i], bits[i] = x, x & 1 == 1
+        return x, words, bits
+
+    args = (np.array([1, 2 ** 31 + 7], u32), i32(3))
+    module = whilst.compile(record, *args, cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    assert loop_costs(compile_to_stream(prepare([whilst.export(record, *args)]))) == []
+    run = module.load()
+    for n in [0, 3, rows]:
+        for got, want in zip(run.main(args[0], i32(n)), record_numpy(args[0], n)):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_a_stack_the_loop_reads_stays_state():
     """A stack the body reads (its last row) is state, not rows written in place: past
     MAX_CARRIED_BYTES its loop stays on the host."""
