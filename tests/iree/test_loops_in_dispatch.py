@@ -224,27 +224,34 @@ def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
 
 def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
     """A loop of 2 floats writing a row per step into a stack of 1000 rows (8 KB,
-    past MAX_CARRIED_BYTES as state) at `i + 2`, clamped into bounds as
-    `dynamic_update_slice` clamps: it runs in a dispatch, each row written in place,
-    and gives numpy's results for stops before, at and past the stack's end."""
+    past MAX_CARRIED_BYTES as state) at `i + 2`, and 3 rows per step into another at
+    `3 i`, clamped into bounds as `dynamic_update_slice` clamps: it runs in a
+    dispatch, its rows written in place, and gives numpy's results for stops before,
+    at and past the stacks' ends."""
     from whilst.lowering._iree_loops_in_dispatch import MAX_CARRIED_BYTES
 
     rows = 1000
 
     def record(x, n):
         def body(c):
-            i, x, stack = c
+            i, x, stack, triples = c
             x = jnp.cos(x) * 0.9 + 0.05 * i.astype(f32)
-            return i + 1, x, jax.lax.dynamic_update_slice(stack, x[None], (i + 2, 0))
+            return (i + 1, x, jax.lax.dynamic_update_slice(stack, x[None], (i + 2, 0)),
+                    jax.lax.dynamic_update_slice(triples, jnp.stack([x, 2 * x, 3 * x]),
+                                                 (3 * i, 0)))
         return jax.lax.while_loop(lambda c: c[0] < n, body,
-                                  (0, x, jnp.full((rows, 2), -1.0, f32)))[1:]
+                                  (0, x, jnp.full((rows, 2), -1.0, f32),
+                                   jnp.zeros((rows, 2), f32)))[1:]
 
     def record_numpy(x, n):
-        x, stack = np.array(x, f32), np.full((rows, 2), -1.0, f32)
+        x, stack, triples = np.array(x, f32), np.full((rows, 2), -1.0, f32), np.zeros(
+            (rows, 2), f32)
         for i in range(n):
             x = np.cos(x) * f32(0.9) + f32(0.05) * f32(i)
             stack[min(i + 2, rows - 1)] = x
-        return x, stack
+            start = min(3 * i, rows - 3)
+            triples[start:start + 3] = [x, 2 * x, 3 * x]
+        return x, stack, triples
 
     assert rows * 2 * 4 > MAX_CARRIED_BYTES
     args = (np.array([0.3, -1.0], f32), i32(5))

@@ -99,7 +99,7 @@ def _consecutive(indices) -> bool:
     from iree.compiler import ir
 
     add = indices.owner
-    if not isinstance(add, ir.Operation) or add.name != "stablehlo.add":
+    if getattr(add, "name", None) != "stablehlo.add":
         return False
     names = sorted(getattr(v.owner, "name", "") for v in add.operands)
     iota = next((v.owner for v in add.operands
@@ -119,7 +119,6 @@ def insert_rows(op, into, storage) -> object:
     target = ir.RankedTensorType(op.operands[0].type)
     rows = op.operands[_UPDATE[op.name]]
     sizes = list(ir.RankedTensorType(rows.type).shape)
-    index = ir.IndexType.get()
     with ir.InsertionPoint(op), op.location:
         if op.name == "stablehlo.scatter":
             first = ir.Operation.create(
