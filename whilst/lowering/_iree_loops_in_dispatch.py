@@ -62,7 +62,8 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     `_fits` and is `_worth_it` into a dispatch region of its own (module docstring),
     in place; within a loop that stays on the host, its outermost loops that qualify
     move so, except in gradient and linear Whiles. Gradient Whiles that write slots
-    (`_writes_slots`) stay on the host. The loops whose numbers (in walk
+    (`_writes_slots`), or read what a loop left on the host computed
+    (`_reads_host_loops`), stay on the host. The loops whose numbers (in walk
     order) are in `on_host` stay on the host; each region records its loop's number
     (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
     unchanged but inlined)."""
@@ -75,6 +76,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     for number, loop, outer in sorted(loops, key=lambda each: len(each[2])):  # outermost first
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
                 and not any(map(_reverse, outer)) and not _writes_slots(loop)
+                and not (_reverse(loop) and _reads_host_loops(loop, [m for _, m in moving]))
                 and _fits(loop) and _worth_it(loop)):
             moving.append((number, loop))
     for number, loop in moving:
@@ -142,6 +144,29 @@ def _writes_slots(loop) -> bool:
     apart; why was not found. A stored gradient While only reads its rows."""
     return _reverse(loop) and bool(ops_where(loop, lambda op: op.name in (
         "stablehlo.scatter", "stablehlo.dynamic_update_slice")))
+
+
+def _reads_host_loops(loop, moving) -> bool:
+    """Whether values `loop` reads from outside it (its operands, the stacks its body
+    reads) come from a `stablehlo.while` not in `moving`. A gradient While in a
+    dispatch that reads the stacks of a forward While stepped from the host made
+    modules that fail as they load ("ref is null; while invoking native function
+    hal.buffer.subspan", in `__init`: `tests/ir/test_prng_keys.py`'s gradient)."""
+    inside = set(ops_where(loop, lambda op: True))
+    pending = [v for op in inside for v in op.operands
+               if getattr(v.owner, "name", None) is not None and v.owner not in inside]
+    seen = set()
+    while pending:
+        producer = pending.pop().owner
+        if getattr(producer, "name", None) is None or producer in seen:
+            continue
+        seen.add(producer)
+        if producer.name == "stablehlo.while":
+            if all(producer != m for m in moving):
+                return True
+            continue
+        pending.extend(producer.operands)
+    return False
 
 
 def _reverse(loop) -> bool:
@@ -325,7 +350,8 @@ def _shared_values_materialized(loop) -> None:
     for op in ops_where(loop, lambda op: op != loop):
         size = 1 + sum(fused.get(v, 0) for v in op.operands)
         for result in op.results:
-            if op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType):
+            if (op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType)
+                    or _elements(ir.RankedTensorType(result.type)) == 0):
                 continue
             uses = [(use.owner, use.operand_number) for use in result.uses]
             if len(uses) < 2 or size <= limit:
