@@ -419,13 +419,14 @@ np.testing.assert_allclose(got, jax.jit(fn)(y0s), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.iree
-@pytest.mark.xfail(strict=True, reason="heap corruption on IREE, not yet explained "
-                   "(bench/NOTES.md: the vmapped-solve heap corruption)")
+@pytest.mark.xfail(strict=True, reason="heap corruption on IREE with aggressive fusion, "
+                   "no workaround yet (bench/NOTES.md: the vmapped-solve heap corruption)")
 def test_vmapped_solve_of_8_with_its_stage_loop_unrolled_runs_on_iree():
     """`jax.vmap` of the Tsit5 solve through `WhilstAdjoint` over 8 initial conditions,
     every loop stepped from the host: its vmapped Runge-Kutta stage loop runs unrolled
-    by 7, and the module corrupts the heap as it runs (so in a process of its own).
-    Over 2 or 1024 conditions, or unrolled by 1 or 3, it runs and matches."""
+    by 7, and the module, compiled with aggressive fusion, corrupts the heap as it runs
+    (so in a process of its own). Over 2 or 1024 conditions, unrolled by 1 or 3, or
+    compiled with the default fusion, it runs and matches."""
     import pathlib
     import subprocess
     import sys
