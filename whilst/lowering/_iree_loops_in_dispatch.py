@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_rows_in_dispatch import (
-    insert_rows, rows_written_in_place, written_elements)
+    index_constant, insert_rows, rows_written_in_place, written_rows)
 
 # llvm-cpu codegen of a dispatch in one workgroup: what lets a loop in a dispatch
 # region compile (module docstring). It holds for every dispatch of the module, so
@@ -201,8 +201,8 @@ def loop_work(loop) -> tuple[int, int]:
            if op.name not in ("stablehlo.constant", "stablehlo.return")]
     writes = {write for inner in ops_where(loop, lambda op: op.name == "stablehlo.while")
               for chain in rows_written_in_place(inner).values() for write in chain}
-    work = sum(written_elements(op) if op in writes else
-               sum(_elements(ir.RankedTensorType(r.type)) for r in op.results)
+    work = sum(sum(_elements(ir.RankedTensorType(v.type))
+                   for v in ([written_rows(op)] if op in writes else op.results))
                for op in ops if op.name not in _MOVES)
     return work, len(ops)
 
@@ -479,7 +479,11 @@ def _rows_inserted(in_place, old, args) -> None:
         carry = args.get(k)
         for write in writes:
             if carry is not None:
-                carry = insert_rows(write, carry, ir.RankedTensorType(carry.type))
+                rows = ir.RankedTensorType(written_rows(write).type)
+                with ir.InsertionPoint(write), write.location:
+                    stored = _as(written_rows(write), ir.RankedTensorType.get(
+                        rows.shape, ir.RankedTensorType(carry.type).element_type))
+                carry = insert_rows(write, carry, stored)
             write.results[0].replace_all_uses_with(
                 write.operands[0] if carry is None else carry)
             write.erase()
@@ -535,7 +539,7 @@ def _to_vector(value):
     return ir.Operation.create(
         "vector.transfer_read",
         results=[ir.VectorType.get(tensor.shape, storage.element_type)],
-        operands=[value, *[_index_zero()] * rank, zero],
+        operands=[value, *[index_constant(0)] * rank, zero],
         attributes={**_transfer_attributes(rank),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, rank, 1, 0])}).result
 
@@ -549,7 +553,7 @@ def _to_tensor(vector, tensor_type):
     empty = ir.Operation.create("tensor.empty", results=[storage]).result
     value = ir.Operation.create(
         "vector.transfer_write", results=[storage],
-        operands=[vector, empty, *[_index_zero()] * rank],
+        operands=[vector, empty, *[index_constant(0)] * rank],
         attributes={**_transfer_attributes(rank),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, rank, 0])}).result
     return value if storage == tensor else _convert(value, tensor, storage)
@@ -563,14 +567,6 @@ def _convert(value, to, source):
     boolean = any(ir.IntegerType(t.element_type).width == 1 for t in (to, source))
     return ir.Operation.create("stablehlo.convert" if boolean else "stablehlo.bitcast_convert",
                                results=[to], operands=[value]).result
-
-
-def _index_zero():
-    from iree.compiler import ir
-
-    index = ir.IndexType.get()
-    return ir.Operation.create("arith.constant", results=[index],
-                               attributes={"value": ir.IntegerAttr.get(index, 0)}).result
 
 
 def _transfer_attributes(rank) -> dict:

@@ -51,14 +51,9 @@ def rows_written_in_place(loop) -> dict:
     return found
 
 
-def written_elements(op) -> int:
-    """How many elements the write `op` stores."""
-    from iree.compiler import ir
-
-    count = 1
-    for dim in ir.RankedTensorType(op.operands[_UPDATE[op.name]].type).shape:
-        count *= dim
-    return count
+def written_rows(op):
+    """The rows the write `op` stores (its update)."""
+    return op.operands[_UPDATE[op.name]]
 
 
 def _writes_rows(op) -> bool:
@@ -108,35 +103,31 @@ def _consecutive(indices) -> bool:
             and ir.IntegerAttr(iota.attributes["iota_dimension"]).value == 0)
 
 
-def insert_rows(op, into, storage) -> object:
+def insert_rows(op, into, rows) -> object:
     """Replace the write `op` of rows (`_writes_rows`) by a `tensor.insert_slice` of
-    its rows, as `storage`'s element type, into `into` (a tensor of type `storage`),
-    at its start clamped into bounds (the write's own semantics for a
-    `dynamic_update_slice`; a scatter of rows is promised in bounds); returns the
-    result."""
+    `rows` (its rows, in `into`'s element type) into `into`, at its start clamped into
+    bounds (the write's own semantics for a `dynamic_update_slice`; a scatter of rows
+    is promised in bounds); returns the result."""
     from iree.compiler import ir
 
     target = ir.RankedTensorType(op.operands[0].type)
-    rows = op.operands[_UPDATE[op.name]]
     sizes = list(ir.RankedTensorType(rows.type).shape)
     with ir.InsertionPoint(op), op.location:
         if op.name == "stablehlo.scatter":
             first = ir.Operation.create(
                 "tensor.extract", results=[ir.RankedTensorType(op.operands[1].type).element_type],
-                operands=[op.operands[1], _index(0), _index(0)]).result
+                operands=[op.operands[1], index_constant(0), index_constant(0)]).result
             starts = [first, *[None] * (target.rank - 1)]
         else:
             starts = [ir.Operation.create(
                 "tensor.extract", results=[ir.RankedTensorType(v.type).element_type],
                 operands=[v]).result for v in op.operands[2:]]
-        offsets = [_index(0) if start is None else
+        offsets = [index_constant(0) if start is None else
                    _clamped_index(start, dim - size)
                    for start, dim, size in zip(starts, target.shape, sizes)]
-        if ir.RankedTensorType(rows.type).element_type != storage.element_type:
-            rows = _stored_as(rows, storage.element_type)
         dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
         return ir.Operation.create(
-            "tensor.insert_slice", results=[storage],
+            "tensor.insert_slice", results=[into.type],
             operands=[rows, into, *offsets],
             attributes={
                 "static_offsets": ir.DenseI64ArrayAttr.get([dynamic] * target.rank),
@@ -146,7 +137,8 @@ def insert_rows(op, into, storage) -> object:
         ).result
 
 
-def _index(value):
+def index_constant(value):
+    """An `arith.constant` of type index."""
     from iree.compiler import ir
 
     index = ir.IndexType.get()
@@ -166,15 +158,3 @@ def _clamped_index(start, most):
     high = ir.Operation.create("arith.minsi", results=[kind], operands=[low, bound[1]]).result
     return ir.Operation.create("arith.index_cast", results=[ir.IndexType.get()],
                                operands=[high]).result
-
-
-def _stored_as(rows, element):
-    """`rows` with `element` as their element type: booleans widened to the integer
-    a dispatch stores them as, unsigned integers' bits as signless."""
-    from iree.compiler import ir
-
-    shape = ir.RankedTensorType(rows.type)
-    boolean = ir.IntegerType(shape.element_type).width == 1
-    return ir.Operation.create(
-        "stablehlo.convert" if boolean else "stablehlo.bitcast_convert",
-        results=[ir.RankedTensorType.get(shape.shape, element)], operands=[rows]).result
