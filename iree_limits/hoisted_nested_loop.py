@@ -11,8 +11,10 @@ every call fails: "ref is null; while invoking native function hal.buffer.subspa
 
 The program: a diffrax solve (Lotka-Volterra, Tsit5, PID controller, SaveAt 21
 times) with its step loop and SaveAt loop routed to whilst's loops by
-`whilst.integrations.diffrax.WhilstAdjoint`. Smaller nested loops carrying a
-linspace (`lax.while_loop`s or whilst's) did not reproduce it.
+`whilst.integrations.diffrax.WhilstAdjoint`, exported with equinox's primitives kept
+whole (whilst evaluates them in line, `_library_primitives.py`, and that module
+compiles). Smaller nested loops carrying a linspace (`lax.while_loop`s or whilst's)
+did not reproduce it.
 whilst works around it in `compile_module`: a third flag set, default fusion without
 const-expr hoisting (`NO_CONST_EXPR_HOISTING`, whilst/lowering/_iree.py), which is
 compiled next once a flag set crashed in `ResourceUsage.cpp` (aggressive fusion with
@@ -33,6 +35,7 @@ from iree.compiler import tools  # noqa: E402
 import whilst  # noqa: E402
 from whilst._compile import prepare_stage  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
+from whilst.ir.iree_forms import _export_forms as export_forms  # noqa: E402
 from whilst.lowering import flag_sets  # noqa: E402
 from whilst.lowering._iree import NO_CONST_EXPR_HOISTING  # noqa: E402
 
@@ -49,6 +52,7 @@ def solve(y0, rates):
 
 def main():
     args = np.array([10.0, 10.0], np.float32), np.array([0.1, 0.02, 0.4, 0.02], np.float32)
+    export_forms.library_primitives_in_line = lambda jaxpr: jaxpr  # kept whole
     text = prepare_stage([whilst.export(solve, *args)], ("llvm-cpu",))
     default = flag_sets(("llvm-cpu",))[1]
     for label, flags in [("default fusion", default),

@@ -58,6 +58,11 @@ from jax._src.core import NamedAxisEffect, pvary, pvary_p
 # jax picks the rolled form for CPU, and lowering rules have no public registry.
 # (Both names checked in the 0.10.2 and 0.12.0.1 sources; not on 0.11.2.)
 from jax._src.interpreters.mlir import _platform_specific_lowerings
+# Library primitives that lower as a traced Python function (`mlir.lower_fun`, as
+# equinox's do) are evaluated as that function in exports (`lowered_as_function`):
+# the generic rule table is internal too, and `lower_fun` keeps its function in
+# its closure.
+from jax._src.interpreters.mlir import _lowerings
 from jax._src.random import threefry2x32 as _threefry2x32
 # Run-time errors through loops (`jax.experimental.checkify`): the rule table and
 # the interpreter of sub-jaxprs are internal; jax 0.11 gave rules a CheckifyContext
@@ -71,7 +76,7 @@ __all__ = [
     "with_error_effects",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
-    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "merge_lists", "move_binders_to_back",
+    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "lowered_as_function", "merge_lists", "move_binders_to_back",
     "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits", "partition_list",
     "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting", "split_list",
     "threefry_rounds_unrolled", "trace_state_clean",
@@ -163,6 +168,18 @@ def def_error_check(primitive, rule):
         _checkify.error_checks[primitive] = rule
     else:
         _checkify.error_checks[primitive] = lambda *a, **p: rule(None, *a, **p)
+
+
+def lowered_as_function(primitive):
+    """`f` where `primitive` lowers for CPU as `mlir.lower_fun(f, ...)` (so that
+    `primitive.bind(*xs, **params)` lowers as `f(*xs, **params)` traced, one result
+    wrapped in a list unless the primitive has several), else None."""
+    entry = _platform_specific_lowerings["cpu"].get(primitive) or _lowerings.get(primitive)
+    rule = getattr(entry, "rule", None)
+    if getattr(rule, "__qualname__", None) != "lower_fun.<locals>.f_lowered":
+        return None
+    return dict(zip(rule.__code__.co_freevars,
+                    (cell.cell_contents for cell in rule.__closure__)))["fun"]
 
 
 @contextlib.contextmanager

@@ -2,7 +2,6 @@
 in: diffrax's own loops (`lax.while_loop`s) passed unchanged, and its loops routed to
 whilst by `whilst.integrations.diffrax.WhilstAdjoint`; compared with diffrax on JAX
 (`RecursiveCheckpointAdjoint`, its default)."""
-import re
 
 import jax
 import jax.numpy as jnp
@@ -221,12 +220,11 @@ def test_event_stopped_solve_on_own_loops_stops_where_diffrax_on_jax_stops(own_l
 
 @pytest.mark.iree
 def test_whilst_adjoint_solve_compiles_and_matches():
-    """Compiled anew (no cache), by default its loops run inside one dispatch each. With
-    every loop stepped from the host, iree-compile 3.13 crashes on this module with
-    const-expr hoisting, under aggressive and default fusion alike
-    (iree_limits/hoisted_nested_loop.py); once the first flag set crashed so, the one
-    without hoisting is the next compiled (one crash, not two). Tsit5's stage loop
-    (diffrax's, counting to 7) runs unrolled by 7 (whilst.ir._counted_loops)."""
+    """Compiled anew (no cache), by default its loops run inside one dispatch each; with
+    every loop stepped from the host it compiles under the first flag set too (kept
+    whole, equinox's primitives in it made iree-compile 3.13 crash with const-expr
+    hoisting: iree_limits/hoisted_nested_loop.py). Tsit5's stage loop (diffrax's,
+    counting to 7) runs unrolled by 7 (whilst.ir._counted_loops)."""
     solve = lambda y, p: lv_solve(y, p, WhilstAdjoint())
     exported = whilst.export(solve, Y0, RATES)
     assert 7 in unroll_factors(exported.text)
@@ -235,11 +233,7 @@ def test_whilst_adjoint_solve_compiles_and_matches():
     assert has_loops_in_dispatch(compiled.flags), compiled.stages[-1][0]
     np.testing.assert_allclose(compiled.load()(Y0, RATES), want, rtol=2e-5, atol=2e-5)
     host_driven = whilst.compile(exported, cache=False, loops_in_dispatch=False)
-    # (the innermost frame of the crash varies: Stream::ResourceType::getLifetime, or
-    # Explorer::walkTransitiveUses called from the same analysis)
-    assert re.fullmatch(r"iree-compile for llvm-cpu \(host\) with default fusion, no const-expr "
-                        r"hoisting \(with aggressive fusion, iree-compile crashed in [\w:]+\)",
-                        host_driven.stages[-1][0]), host_driven.stages[-1][0]
+    assert host_driven.stages[-1][0] == "iree-compile for llvm-cpu (host)"
     np.testing.assert_allclose(host_driven.load()(Y0, RATES), want, rtol=2e-5, atol=2e-5)
 
 
@@ -419,14 +413,13 @@ np.testing.assert_allclose(got, jax.jit(fn)(y0s), rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.iree
-@pytest.mark.xfail(strict=True, reason="heap corruption on IREE with aggressive fusion, "
-                   "no workaround yet (bench/NOTES.md: the vmapped-solve heap corruption)")
 def test_vmapped_solve_of_8_with_its_stage_loop_unrolled_runs_on_iree():
     """`jax.vmap` of the Tsit5 solve through `WhilstAdjoint` over 8 initial conditions,
     every loop stepped from the host: its vmapped Runge-Kutta stage loop runs unrolled
-    by 7, and the module, compiled with aggressive fusion, corrupts the heap as it runs
-    (so in a process of its own). Over 2 or 1024 conditions, unrolled by 1 or 3, or
-    compiled with the default fusion, it runs and matches."""
+    by 7, and its predicated steps past stage 6 write the stage buffer (equinox's
+    `maybe_set` primitive) at index 7, out of bounds: dropped, where IREE 3.13 writes
+    one row past the buffer and corrupts the heap (`_library_primitives.py`). In a
+    process of its own, so that a corrupted heap fails only this test."""
     import pathlib
     import subprocess
     import sys

@@ -1,6 +1,9 @@
 """Gathers and scatters at out-of-bounds indices give JAX's (XLA's) results on IREE
 (whilst/ir/iree_forms/_index_bounds.py): IREE 3.13 reads past a gather's operand and writes
-past a dropping scatter's (iree_limits/scatter_out_of_bounds.mlir)."""
+past a dropping scatter's (iree_limits/scatter_out_of_bounds.mlir), also where equinox's
+loop buffers hide the scatter in a primitive of their own
+(whilst/ir/iree_forms/_library_primitives.py)."""
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +22,18 @@ def window_add(x, idx):
                                       scatter_dims_to_operand_dims=(0, 1))
     starts = jnp.stack([idx, idx % 3], axis=1)
     return lax.scatter_add(x, starts, jnp.full((2, 2, 2), 0.5, x.dtype), dims, mode="drop")
+
+
+def buffer_rows(kind):
+    """Rows idx[0] and idx[1] of x set to -2 x[1], one per step of an equinox loop
+    of `kind` that keeps x in a buffer (written by equinox's `maybe_set` primitive)."""
+    def fn(x, idx):
+        def body(carry):
+            k, rows = carry
+            return k + 1, rows.at[idx[k]].set(-2.0 * x[1])
+        return eqxi.while_loop(lambda carry: carry[0] < 2, body, (0, x), kind=kind,
+                               buffers=lambda carry: carry[1], max_steps=2)[1]
+    return fn
 
 
 PROGRAMS = {  # name -> fn(x: f32[5, 3], idx: i32[2])
@@ -42,6 +57,8 @@ PROGRAMS = {  # name -> fn(x: f32[5, 3], idx: i32[2])
     "dynamic_slice": lambda x, idx: lax.dynamic_slice(x, (idx[0], idx[1]), (2, 2)),
     "dynamic_update_slice": lambda x, idx: lax.dynamic_update_slice(x, -x[:2, :2],
                                                                    (idx[0], idx[1])),
+    "equinox_buffer_lax": buffer_rows("lax"),
+    "equinox_buffer_checkpointed": buffer_rows("checkpointed"),
 }
 APPROXIMATE = {  # IREE's sin differs from XLA's in the last bits
     "apply_rows": lambda x, idx: x.at[idx].apply(jnp.sin),

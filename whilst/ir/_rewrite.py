@@ -4,7 +4,7 @@ The export-time rewrites (`_onehot.py`, `_batched_scatter.py`,
 `_symbolic_indexing.py`) share this evaluator::
 
     def rewrite_equations(jaxpr, rule, name):
-        for eqn in jaxpr (calls to jit and custom_jvp functions in line):
+        for eqn in jaxpr (calls to jit, custom_jvp and custom_vjp functions in line):
             f = rule(eqn)
             outs = f(*inputs, **eqn.params) if f else eqn.primitive.bind(*inputs, ...)
 
@@ -13,6 +13,7 @@ rule is `into_control_flow(rule)`, which rewrites their sub-jaxprs too.
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import numpy as np
@@ -21,8 +22,10 @@ from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._tracing import trace_closed
 
+# call primitive -> its jaxpr parameter. The rewrites run on exports, after
+# differentiation: a custom rule's call is its primal computation.
 INLINED = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
-           "custom_jvp_call": "call_jaxpr"}  # call primitive -> its jaxpr parameter
+           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}
 CONTROL_FLOW = frozenset({"cond", "scan", "while"})  # jax's, with closed sub-jaxprs
 
 
@@ -39,7 +42,8 @@ def into_control_flow(rule: Callable) -> Callable:
             if isinstance(value, ClosedJaxpr):
                 return rewrite_equations(value, extended, f"{eqn.primitive.name}_body")
             if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
-                return tuple(map(rewritten, value))
+                values = tuple(map(rewritten, value))
+                return value if all(map(operator.is_, values, value)) else values
             return value
         sub_jaxprs = {k: rewritten(v) for k, v in eqn.params.items()}
         if all(sub_jaxprs[k] is v for k, v in eqn.params.items()):

@@ -3,8 +3,11 @@
 works around)::
 
     export_forms(jaxpr) == symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-                               ieee_math(saturating_casts(portable_forms(jaxpr))))))
+                               ieee_math(saturating_casts(portable_forms(
+                                   library_primitives_in_line(jaxpr)))))))
 
+Other libraries' primitives that lower as Python functions (equinox's) are
+evaluated as those functions first, so that every rewrite sees their ops.
 Code with a form for XLA:CPU gets its portable form first (`_xla_cpu_choice.py`),
 so that the other rewrites see it. Batched scatters get explicit batch indices
 before out-of-bounds indices are made explicit (so that a gather's clamping
@@ -18,6 +21,7 @@ from jax.extend.core import ClosedJaxpr
 from whilst.ir.iree_forms._batched_scatter import explicit_batch_indices
 from whilst.ir.iree_forms._ieee_math import ieee_math
 from whilst.ir.iree_forms._index_bounds import in_bounds_indexing
+from whilst.ir.iree_forms._library_primitives import library_primitives_in_line
 from whilst.ir.iree_forms._saturating_casts import saturating_casts
 from whilst.ir.iree_forms._symbolic_indexing import symbolic_indexing
 from whilst.ir._xla_cpu_choice import portable_forms
@@ -26,4 +30,4 @@ from whilst.ir._xla_cpu_choice import portable_forms
 def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` in the forms of the module docstring."""
     return symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-        ieee_math(saturating_casts(portable_forms(jaxpr))))))
+        ieee_math(saturating_casts(portable_forms(library_primitives_in_line(jaxpr)))))))
