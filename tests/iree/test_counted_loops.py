@@ -18,7 +18,7 @@ TABLE = np.linspace(0.1, 0.7, 7 * 3, dtype=np.float32).reshape(7, 3)
 def stages(y):
     """From a start the data picks (0 or 1, as diffrax's FSAL first stage) up to 7,
     reading row i of a table: y <- y * TABLE[i] + 1."""
-    start = (y[0] > 1.0).astype(jnp.int32)
+    start = (y.ravel()[0] > 1.0).astype(jnp.int32)
     return jax.lax.while_loop(lambda c: c[0] < 7,
                               lambda c: (c[0] + 1, c[1] * jnp.asarray(TABLE)[c[0]] + 1.0),
                               (start, y))[1]
@@ -34,7 +34,7 @@ def steps(y, n):
 
 def python_steps(y, n):
     for _ in range(n):
-        for i in range(int(y[0] > 1.0), 7):
+        for i in range(int(y.ravel()[0] > 1.0), 7):
             y = y * TABLE[i] + 1.0
         y = np.float32(0.5) * y
     return y
@@ -48,6 +48,19 @@ def exported():
 def test_the_counting_loop_is_unrolled_by_its_bound(exported):
     # the outer loop (one step per iteration: its body holds a loop), the inner by 7
     assert sorted(unroll_factors(exported.text)) == [1, 7]
+
+
+WIDE = np.full((2048, 3), 0.2, np.float32)  # 7 steps: past the work one iteration aims for
+
+
+@pytest.mark.iree
+def test_a_wide_counting_loop_is_unrolled_by_its_bound_and_matches_python():
+    exported = whilst.export(steps, WIDE, np.int32(0))
+    assert sorted(unroll_factors(exported.text)) == [1, 7]
+    module = whilst.compile(exported).load()
+    for y0, n in ((WIDE, 2), (WIDE * 10, 3)):
+        np.testing.assert_allclose(module.main(y0, np.int32(n)), python_steps(y0, n),
+                                   rtol=1e-5)
 
 
 def test_library_loop_not_counting_stays_as_it_is():

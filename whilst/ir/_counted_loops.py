@@ -7,9 +7,9 @@ host, one iteration at a time, each with its own submissions and a readback of i
 test. When its test is `c[j] < N` (and maybe more, with `and`) for a literal N and its
 body adds 1 to `c[j]`, it runs at most N steps from any `c[j] >= 0`, so it is bound
 again as a functional While unrolled by N (`_unroll.counted_unroll_factor`: at most
-MAX_COUNTED_UNROLL, and only bodies `unroll_factor` would unroll): one emitted
-iteration of predicated steps where it ran N host-driven ones; the same results for
-every start, as unrolling keeps them::
+MAX_COUNTED_UNROLL, and only bodies `unroll_factor` may unroll, whatever their
+width): one emitted iteration of predicated steps where it ran N host-driven ones;
+the same results for every start, as unrolling keeps them::
 
     while cond(c): c = body(c)
         == functional_while(cond, body, c, unroll=N)   # N steps per emitted iteration

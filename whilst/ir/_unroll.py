@@ -96,18 +96,23 @@ def scan_unroll_factor(eqn) -> int:
 def counted_unroll_factor(cond_jaxpr, body_jaxpr, bound: int) -> int:
     """Steps per emitted iteration for a library loop nested in an exported body
     that counts to `bound` (`_counted_loops.py`): `bound`, at most
-    MAX_COUNTED_UNROLL, where that many steps fit about WORK_PER_ITERATION elements
-    of work; 1 where `unroll_factor` would not unroll it. Its equations are not
-    weighed: one emitted iteration of all its steps is the point."""
+    MAX_COUNTED_UNROLL; 1 where `unroll_factor` would not unroll it for what its
+    body does (effects, an index at a computed position, symbolic shapes, a large
+    carry). Neither its work nor its equations are weighed: one emitted iteration
+    of all its steps is the point, which saves the submissions and readback each
+    host-driven iteration costs however wide the body (a vmapped batch of 1024
+    Tsit5 solves: `bench/NOTES.md`)."""
     cond_jaxpr, body_jaxpr = onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
     return _fitting_steps(body_jaxpr.jaxpr, [cond_jaxpr.jaxpr], min(bound, MAX_COUNTED_UNROLL),
-                          weigh_equations=False)
+                          weigh=False)
 
 
-def _fitting_steps(body: Jaxpr, others: list, most: int, weigh_equations=True) -> int:
+def _fitting_steps(body: Jaxpr, others: list, most: int, weigh=True) -> int:
     """How many steps of `body` (and of the `others` run with it, a cond) fit one
     emitted iteration, at most `most` (see `unroll_factor`): 1 with effects, an
-    index at a computed position, symbolic shapes or a carry over LARGE_CARRY_BYTES."""
+    index at a computed position, symbolic shapes or a carry over LARGE_CARRY_BYTES;
+    otherwise, if `weigh`, as many as fit WORK_PER_ITERATION elements of work and
+    MAX_UNROLLED_EQUATIONS equations, else `most`."""
     jaxprs = [body, *others]
     if any(j.effects or _indexes_at_computed_position(j) for j in jaxprs):
         return 1
@@ -115,9 +120,11 @@ def _fitting_steps(body: Jaxpr, others: list, most: int, weigh_equations=True) -
         return 1  # symbolic shapes: sizes unknown
     if any(nbytes(v.aval) > scaled(LARGE_CARRY_BYTES) for v in body.outvars):
         return 1
+    if not weigh:
+        return most
     work, equations = sum(map(_work, jaxprs)), sum(map(_equations, jaxprs))
     return max(1, min(most, scaled(WORK_PER_ITERATION) // max(work, 1),
-                      MAX_UNROLLED_EQUATIONS // max(equations, 1) if weigh_equations else most))
+                      MAX_UNROLLED_EQUATIONS // max(equations, 1)))
 
 
 def _with_unrolled_scans(jaxpr: Jaxpr) -> Jaxpr:
