@@ -76,10 +76,10 @@ __all__ = [
     "with_error_effects",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
-    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "lowered_as_function", "merge_lists", "move_binders_to_back",
-    "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits", "partition_list",
-    "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting", "split_list",
-    "threefry_rounds_unrolled", "trace_state_clean",
+    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "lowered_as_function", "merge_lists",
+    "move_binders_to_back", "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits",
+    "partition_list", "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting",
+    "split_list", "threefry_rounds_unrolled", "trace_state_clean",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

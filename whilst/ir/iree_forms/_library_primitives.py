@@ -33,8 +33,8 @@ def library_primitives_in_line(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 
 def _rule(eqn):
     function = lowered_as_function(eqn.primitive)
-    package = (getattr(function, "__module__", None) or "jax").partition(".")[0]
-    return None if function is None or package in _KEPT else function
+    package = getattr(function, "__module__", None)  # None where unknown: kept whole
+    return None if package is None or package.partition(".")[0] in _KEPT else function
 
 
 _RULE = into_control_flow(_rule)
