@@ -17,7 +17,8 @@ the same results for every start, as unrolling keeps them::
 Only in exports (the lowering applies it, after differentiation), and only in the
 bodies of forward loops that push and pop no residual rows and keep no checkpoints
 (`_while_lowering._loop_forms` says why): a `custom_vjp_call` holding such a loop is
-replaced by its primal, which is what it lowers to.
+evaluated as its primal, which is what it lowers to, as every export rewrite
+evaluates it (`_rewrite.INLINED`).
 """
 from __future__ import annotations
 
@@ -73,18 +74,7 @@ def _increments(body, position, j) -> bool:
 
 
 def _rule(eqn):
-    name = eqn.primitive.name
-    if name == "custom_vjp_call":
-        primal = eqn.params["call_jaxpr"]
-        if not isinstance(primal, ClosedJaxpr):
-            if primal.constvars:
-                return None
-            primal = ClosedJaxpr(primal, ())
-        rewritten = counted_loops_unrolled(primal)
-        if rewritten is primal:
-            return None
-        return lambda *operands, **params: call(rewritten, *operands)
-    if name != "while":
+    if eqn.primitive.name != "while":
         return None
     bound = count_bound(eqn)
     params = eqn.params

@@ -479,10 +479,11 @@ def _rows_inserted(in_place, old, args) -> None:
         carry = args.get(k)
         for write in writes:
             if carry is not None:
-                rows = ir.RankedTensorType(written_rows(write).type)
+                rows = written_rows(write)
                 with ir.InsertionPoint(write), write.location:
-                    stored = _as(written_rows(write), ir.RankedTensorType.get(
-                        rows.shape, ir.RankedTensorType(carry.type).element_type))
+                    stored = _as(rows, ir.RankedTensorType.get(
+                        ir.RankedTensorType(rows.type).shape,
+                        ir.RankedTensorType(carry.type).element_type))
                 carry = insert_rows(write, carry, stored)
             write.results[0].replace_all_uses_with(
                 write.operands[0] if carry is None else carry)
