@@ -1,22 +1,24 @@
-"""Derivatives of order 1..4 of an unbounded loop under the default policy (issue 41).
+"""Derivatives of order 1..4 of a loop without a bound under the default policy (issue 41).
 
-Loop: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
-`maximum_iterations` (so reverse mode runs the default budget's chunks). For each
-order k it builds `jax.grad` k times and prints, in this process: the seconds to
-trace and lower under `jax.jit`, to compile with XLA, and to run eagerly (a first
-call: trace, compile and run); the `stablehlo.while` ops of the lowered program; XLA's
-temporary bytes (`memory_analysis`); and the same program's trace-and-compile time
-with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst /
-unrolled. Each derivative is checked against the unrolled one's.
+Loops: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
+`maximum_iterations` (its trip count, known at trace time, bounds it: every step
+stored), and the same loop counted by a float, `t < 2.0` (no bound known: reverse
+mode runs the default budget's chunks). For each loop and order k it builds
+`jax.grad` k times and prints, in this process: the seconds to trace and lower under
+`jax.jit`, to compile with XLA, and to run eagerly (a first call: trace, compile and
+run); the `stablehlo.while` ops of the lowered program; XLA's temporary bytes
+(`memory_analysis`); and the same program's trace-and-compile time with the loop
+unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled. Each
+derivative is checked against the unrolled one's.
 
-Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (every
-loop unbounded), the seconds of `jax.grad` under `jax.jit` (trace, lower and compile)
-and eagerly (a first call), and the `stablehlo.while` ops.
+Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (no loop
+has `maximum_iterations`), the seconds of `jax.grad` under `jax.jit` (trace, lower
+and compile) and eagerly (a first call), and the `stablehlo.while` ops.
 
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
-    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--json OUT.json]
+    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -33,6 +35,14 @@ from _timing import fmt_bytes, fmt_ratio, jax_temp_bytes, machine, table, write_
 
 def cos_twice(x):
     return whilst.while_loop(lambda i, _: i < 2, lambda i, y: (i + 1, jnp.cos(y)), [0, x])[1]
+
+
+def cos_twice_float(x):
+    return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
+                             [0.0, x])[1]
+
+
+LOOPS = {"int": cos_twice, "float": cos_twice_float}
 
 
 def cos_twice_unrolled(x):
@@ -78,12 +88,14 @@ def timed(fn):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
     parser.add_argument("--json")
     opts = parser.parse_args()
     x = np.float32(1.0)
     rows, results = [], []
-    for order in opts.orders:
-        f, oracle = derivative(cos_twice, order), derivative(cos_twice_unrolled, order)
+    for loop, order in [(loop, order) for loop in opts.loops for order in opts.orders]:
+        f = derivative(LOOPS[loop], order)
+        oracle = derivative(cos_twice_unrolled, order)
         lowered, lower_s = timed(lambda: jax.jit(f).lower(x))
         compiled, compile_s = timed(lowered.compile)
         got_eager, eager_s = timed(lambda: jax.block_until_ready(f(x)))
@@ -93,16 +105,16 @@ def main():
         whiles = lowered.as_text().count("stablehlo.while")
         temp = jax_temp_bytes(compiled)
         ratio = (lower_s + compile_s) / unrolled_s
-        rows.append([order, f"{lower_s:.2f}", f"{compile_s:.2f}", f"{eager_s:.2f}", whiles,
-                     fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio)])
-        results.append(dict(order=order, lower_s=lower_s, compile_s=compile_s,
+        rows.append([loop, order, f"{lower_s:.2f}", f"{compile_s:.2f}", f"{eager_s:.2f}",
+                     whiles, fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio)])
+        results.append(dict(loop=loop, order=order, lower_s=lower_s, compile_s=compile_s,
                             eager_s=eager_s, whiles=whiles, temp_bytes=temp,
                             unrolled_s=unrolled_s, ratio=ratio))
         print(*rows[-1], flush=True)
-    table("jax.grad^k of a 2-step unbounded cos loop: whilst under the default policy and "
-          "the loop unrolled in Python (same process)",
-          ["order", "trace+lower s", "XLA compile s", "eager s", "whiles", "XLA temp",
-           "unrolled jit s", "whilst/unrolled"], rows)
+    table("jax.grad^k of the 2-step cos loop counted by an int or a float: whilst under "
+          "the default policy and the loop unrolled in Python (same process)",
+          ["counter", "order", "trace+lower s", "XLA compile s", "eager s", "whiles",
+           "XLA temp", "unrolled jit s", "whilst/unrolled"], rows)
     nested_rows, nested = [], []
     for name, f in NESTED.items():
         lowered, lower_s = timed(lambda: jax.jit(jax.grad(f)).lower(x))

@@ -41,9 +41,10 @@ def policy(**options):
     """`(stored_steps, checkpoints)` of the loops `jax.grad(loss, (0, 1))` emits: the
     steps whose rows are stored together (the bound of the forward While that
     pushes rows, or of the chunk loop in the checkpointed one; None if none) and
-    the checkpoints of the checkpointed forward While (None if none)."""
-    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
-    top = [e for e in jax.make_jaxpr(grad)(X, W).jaxpr.eqns
+    the checkpoints of the checkpointed forward While (None if none). The trip
+    count is traced: a known one bounds the loop (`_trip_count.static_trips`)."""
+    grad = jax.grad(functools.partial(loss, **options), (0, 1))
+    top = [e for e in jax.make_jaxpr(grad)(X, W, 7).jaxpr.eqns
            if e.primitive.name == "functional_while" and e.params["role"] == "forward"]
     stored = [e.params["static_bound"] for e in top if e.params["accumulators"]]
     chunks = [loop.params["static_bound"] for e in top
@@ -85,8 +86,7 @@ def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them
     assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
     assert checkpoints == 64
     # The report counts a chunk's rows, which the budget's Whiles carry.
-    (chunk,) = whilst.residual_report(functools.partial(loss, n=7), X, W,
-                                      argnums=(0, 1)).loops
+    (chunk,) = whilst.residual_report(loss, X, W, 7, argnums=(0, 1)).loops
     assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, row_bytes)
 
 
@@ -127,8 +127,8 @@ def test_checkpoints_covering_the_bound_store_every_step(checkpoints):
 
 def test_checkpoints_below_the_bound_keep_their_schedule():
     options = dict(checkpoints=39, maximum_iterations=40)
-    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
-    assert _loop_kinds(jax.make_jaxpr(grad)(X, W).jaxpr) == [
+    grad = jax.grad(functools.partial(loss, **options), (0, 1))
+    assert _loop_kinds(jax.make_jaxpr(grad)(X, W, 7).jaxpr) == [
         ("forward", 39, 0, 0), ("gradient", 39, 0, 0)]
     check_grad(options, 40)
 

@@ -135,8 +135,9 @@ def test_gradient_memory_must_be_a_non_negative_int_of_bytes():
         loop(gradient_memory=10**15)
 
 
-def _sin_loss(x, **options):
-    _, y = whilst.while_loop(lambda i, y: i < 5, lambda i, y: (i + 1, jnp.sin(y) * 1.1),
+def _sin_loss(x, n=5, **options):
+    """A loop without a bound when n is traced (a known n bounds it by its trip count)."""
+    _, y = whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, jnp.sin(y) * 1.1),
                              [0, x], **options)
     return jnp.sum(y)
 
@@ -150,7 +151,7 @@ def _sin_oracle(x):
 def test_the_largest_budget_traces_without_overflow():
     # Traced only: eagerly, an unbounded loop's chunk stacks would take the 16 GiB.
     grad = jax.grad(functools.partial(_sin_loss, gradient_memory=2**34))
-    jaxpr = jax.make_jaxpr(grad)(jnp.ones(3)).jaxpr
+    jaxpr = jax.make_jaxpr(grad)(jnp.ones(3), 5).jaxpr
     chunk_stacks = [p.chunk_stacks for p in (e.params["gradient"] for e in jaxpr.eqns
                                              if e.primitive.name == "functional_while")
                     if hasattr(p, "chunk_stacks")]
@@ -169,16 +170,34 @@ def test_extreme_budgets_differentiate(options):
 
 
 def test_checkpoints_beyond_memory_name_the_largest_accepted():
-    with pytest.raises(ValueError, match=r"at most checkpoints=858993459 for these loop_vars"):
-        _sin_loss(jnp.ones(4), checkpoints=10**9)
+    # n traced: the loop has no bound the checkpoints could cover
+    with pytest.raises(ValueError, match=r"while_loop: checkpoints=1000000000 keeps .* at "
+                                         r"most checkpoints=858993459 for these loop_vars"):
+        jax.jit(functools.partial(_sin_loss, checkpoints=10**9))(jnp.ones(4), 5)
+    with pytest.raises(ValueError, match=r"whilst.lax.while_loop: checkpoints=1000000000 "
+                                         r"keeps .* at most checkpoints=858993459"):
+        jax.jit(lambda x, n: whilst.lax.while_loop(
+            lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 2.0), (0, x),
+            checkpoints=10**9))(jnp.ones(4), 5)
+
+
+def test_checkpoints_covering_a_known_trip_count_store_every_step():
+    """`i` from 0 to 5: five steps known at trace time, which any K >= 5 covers."""
+    for k in (5, 10**9):
+        f = functools.partial(_sin_loss, checkpoints=k)
+        forward, gradient = [e for e in jax.make_jaxpr(jax.grad(f))(jnp.ones(4)).eqns
+                             if e.primitive.name == "functional_while"]
+        assert (forward.params["accumulators"], gradient.params["pops"]) == (1, 1)
+        x = jnp.linspace(0.1, 0.9, 4)
+        np.testing.assert_allclose(jax.grad(f)(x), jax.grad(_sin_oracle)(x), rtol=1e-6)
 
 
 def test_huge_unroll_runs_64_steps_per_iteration_under_jit():
     from whilst.lowering import unroll_factors
-    lowered = jax.jit(functools.partial(_sin_loss, unroll=10**6)).lower(jnp.ones(3))
+    lowered = jax.jit(functools.partial(_sin_loss, unroll=10**6)).lower(jnp.ones(3), 5)
     assert unroll_factors(lowered.as_text()) == [64]
     x = jnp.linspace(0.1, 0.9, 3)
-    np.testing.assert_allclose(lowered.compile()(x), _sin_oracle(x), rtol=1e-6)
+    np.testing.assert_allclose(lowered.compile()(x, 5), _sin_oracle(x), rtol=1e-6)
 
 
 def test_body_output_structure_differs_names_the_entry():
@@ -200,6 +219,9 @@ def test_jax_style_cond_and_body_get_a_hint_about_star_loop_vars():
 
 
 def test_checkpoints_are_bounded_by_the_memory_they_would_take():
+    def ok_cond(i, x):   # a trip count not known at trace time: no bound to cover
+        return jnp.sum(x) < 3.0
+
     with pytest.raises(ValueError, match=r"checkpoints=1073741824 keeps 1073741824 "
                                          r"copies of loop_vars \(20 bytes each, 20.0 GiB"):
         whilst.while_loop(ok_cond, ok_body, [0, jnp.ones(4)], checkpoints=2**30)

@@ -15,16 +15,51 @@ from whilst.ir import DEFAULT_GRADIENT_MEMORY, Checkpointed, EveryStep, iter_loo
 from whilst.lowering import unroll_factors
 
 
-def cos_twice(x):
-    return whilst.while_loop(lambda i, _: i < 2, lambda i, y: (i + 1, jnp.cos(y)), [0, x])[1]
+def cos_twice(x, **options):
+    """TensorFlow's testIteratedGradients: no bound, but `i` counts from 0 to 2, a
+    trip count known at trace time, which bounds the loop."""
+    return whilst.while_loop(lambda i, _: i < 2, lambda i, y: (i + 1, jnp.cos(y)), [0, x],
+                             **options)[1]
+
+
+def cos_twice_unbounded(x):
+    """The same loop counted by a float, whose trip count whilst does not read: the
+    default budget's loops over chunks."""
+    return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
+                             [0.0, x])[1]
 
 
 def cos_twice_unrolled(x):
     return jnp.cos(jnp.cos(x))
 
 
+def derivative(f, order):
+    for _ in range(order):
+        f = jax.grad(f)
+    return f
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_derivatives_of_a_counted_loop_store_its_steps_in_memory_of_its_rows(order):
+    """Orders 2-4 of testIteratedGradients' loop, eagerly and under jit: its trip
+    count (2) bounds it, so every order stores its steps (no loop over chunks), and
+    XLA's temporaries do not grow with `gradient_memory` (they were 183 MiB at
+    order 3 and 4 GiB asked before the loop was bounded)."""
+    want = derivative(cos_twice_unrolled, order)(1.0)
+    jaxpr = jax.make_jaxpr(derivative(cos_twice, order))(1.0).jaxpr
+    assert {e.params["static_bound"] for e in iter_loops(jaxpr)} == {2}
+    np.testing.assert_allclose(derivative(cos_twice, order)(1.0), want, rtol=1e-5)
+    temps = []
+    for budget in (None, 2**30):
+        f = functools.partial(cos_twice, gradient_memory=budget)
+        compiled = jax.jit(derivative(f, order)).lower(1.0).compile()
+        np.testing.assert_allclose(compiled(1.0), want, rtol=1e-5)
+        temps.append(compiled.memory_analysis().temp_size_in_bytes)
+    assert temps[0] == temps[1] < 64 * 1024
+
+
 def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit():
-    grad2 = jax.grad(jax.grad(cos_twice))
+    grad2 = jax.grad(jax.grad(cos_twice_unbounded))
     want = jax.grad(jax.grad(cos_twice_unrolled))(1.0)
     np.testing.assert_allclose(grad2(1.0), want, rtol=1e-6)
     compiled = jax.jit(grad2).lower(1.0).compile()
@@ -39,11 +74,11 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     """A chunk's loops and the stored gradient Whiles have the `EveryStep` policy: the
     next derivative stores their steps' rows instead of cutting them into chunks of
     a budget of their own, so the second derivative runs no loop in chunks."""
-    first = jax.make_jaxpr(jax.grad(cos_twice))(1.0).jaxpr
+    first = jax.make_jaxpr(jax.grad(cos_twice_unbounded))(1.0).jaxpr
     bounded = [e for e in iter_loops(first) if e.params["static_bound"] is not None]
     assert len(bounded) == 7    # a chunk's steps and their gradient, of both forms
     assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
-    second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice)))(1.0).jaxpr
+    second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice_unbounded)))(1.0).jaxpr
     policies = [e.params["gradient"] for e in iter_loops(second)]
     assert not [p for p in policies if hasattr(p, "chunk_steps")]
     # 61 loops when each started a budget of its own, 33 now (both forms of choices)
@@ -69,11 +104,12 @@ def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
 
 
 def test_third_derivative_of_an_unbounded_loop_under_jit():
-    """TensorFlow's testIteratedGradients one order further: the third derivative
-    compiles and matches. Its temporaries (183 MiB, XLA's memory analysis) are
-    the stacks of the loops that store every step, S rows each, S the first
-    derivative's chunk of a 1 MiB budget: bounded, where it once asked for 4 GiB."""
-    compiled = jax.jit(jax.grad(jax.grad(jax.grad(cos_twice)))).lower(1.0).compile()
+    """TensorFlow's testIteratedGradients one order further, its loop counted by a
+    float (no bound known): the third derivative compiles and matches. Its
+    temporaries (183 MiB, XLA's memory analysis) are the stacks of the loops that
+    store every step, S rows each, S the first derivative's chunk of a 1 MiB
+    budget: bounded, where it once asked for 4 GiB."""
+    compiled = jax.jit(derivative(cos_twice_unbounded, 3)).lower(1.0).compile()
     want = jax.grad(jax.grad(jax.grad(cos_twice_unrolled)))(1.0)
     np.testing.assert_allclose(compiled(1.0), want, rtol=1e-5)
     assert compiled.memory_analysis().temp_size_in_bytes < 256 * DEFAULT_GRADIENT_MEMORY

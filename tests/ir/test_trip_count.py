@@ -2,6 +2,8 @@
 bounded by their trip count (`whilst.ir._trip_count`): every such form runs its
 steps as a Python loop does, at the edges of its integer type too, under jax.jit
 (XLA) and on IREE, where the loop reads nothing back per emitted iteration."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,6 +71,50 @@ def test_counter_tested_loops_run_their_python_trip_count_under_jit(form):
             for _ in range(want_steps):
                 want_x = np.float32(want_x * np.float32(0.5) + np.float32(1.0))
             assert x == want_x, (name, bound, i0, n)
+
+
+@pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
+def test_a_known_start_and_limit_bound_the_loop_by_its_trip_count(form):
+    """A counter started and limited by values known at trace time (a Python or
+    numpy scalar) gives the loop its trip count as its static bound (the least of
+    it and maximum_iterations), under jax.jit too, and the loop runs as in Python."""
+    name, cond, step, dtype = form
+    for bound in (None, 3):
+        for i0, n in starts(dtype):
+            want_i, want_steps = python_loop(i0, n, cond, step, dtype,
+                                             I32.max if bound is None else bound)
+            if want_steps > 300:
+                continue
+            f = functools.partial(counted(form, bound), dtype(i0), dtype(n))
+            (loop,) = jax.make_jaxpr(f)(np.float32(3.0)).eqns
+            assert loop.params["static_bound"] == want_steps, (name, bound, i0, n)
+            i, s, x = jax.jit(f)(np.float32(3.0))
+            assert (int(i), int(s)) == (want_i, want_steps), (name, bound, i0, n)
+
+
+def test_a_traced_start_or_limit_leaves_the_loop_unbounded():
+    def f(i0, n, x, **options):
+        return whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, x * 0.5),
+                                 [i0, x], **options)
+
+    def static_bound(*args, **options):
+        (loop,) = jax.make_jaxpr(functools.partial(f, **options))(*args).eqns
+        return loop.params["static_bound"]
+
+    assert static_bound(np.int32(0), np.int32(5), np.float32(1)) is None   # all traced
+    assert static_bound(np.int32(0), np.int32(5), np.float32(1), maximum_iterations=9) == 9
+    # i0 known, n traced (closed over) and the reverse
+    assert jax.make_jaxpr(lambda n, x: f(0, n, x))(5, 1.0).eqns[0].params["static_bound"] \
+        is None
+    assert jax.make_jaxpr(lambda i0, x: f(i0, 5, x))(0, 1.0).eqns[0].params["static_bound"] \
+        is None
+    assert jax.make_jaxpr(lambda x: f(0, 5, x, maximum_iterations=9))(
+        1.0).eqns[0].params["static_bound"] == 5
+    two = jnp.int32(2)   # a JAX array made outside the trace is concrete
+    assert jax.make_jaxpr(lambda x: f(two, 5, x))(1.0).eqns[0].params["static_bound"] == 3
+    lax_loop = jax.make_jaxpr(lambda x: whilst.lax.while_loop(
+        lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 2.0), (0, x)))(1.0)
+    assert lax_loop.eqns[0].params["static_bound"] == 4
 
 
 def test_a_trip_count_past_int32_is_capped_by_the_bound():

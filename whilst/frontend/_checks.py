@@ -278,11 +278,11 @@ MAX_CHECKPOINT_BYTES = 2**34
 MAX_GRADIENT_MEMORY = 2**34
 
 
-def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
+def check_checkpoint_memory(gradient, static_bound, leaves, api="while_loop") -> None:
     """Refuse `checkpoints=K` (a `Checkpointed(K)` policy) whose K copies of the loop
-    variables exceed 16 GiB, or above MAX_SCHEDULED_CHECKPOINTS; K at least the
-    loop's static bound stores every step instead (`stores_every_step`) and is not
-    refused."""
+    variables (`leaves`) exceed 16 GiB, or above MAX_SCHEDULED_CHECKPOINTS; K at
+    least the loop's static bound (maximum_iterations or its known trip count)
+    stores every step instead (`stores_every_step`) and is not refused."""
     if not isinstance(gradient, Checkpointed) or stores_every_step(gradient, static_bound):
         return
     checkpoints = gradient.checkpoints
@@ -291,7 +291,7 @@ def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
     if checkpoints * per_copy > MAX_CHECKPOINT_BYTES:
         largest = max(1, MAX_CHECKPOINT_BYTES // max(per_copy, 1))
         raise ValueError(
-            f"while_loop: checkpoints={checkpoints} keeps {checkpoints} copies of loop_vars "
+            f"{api}: checkpoints={checkpoints} keeps {checkpoints} copies of loop_vars "
             f"({per_copy} bytes each, {checkpoints * per_copy / 2**30:.1f} GiB in all), more "
             f"than the {MAX_CHECKPOINT_BYTES // 2**30} GiB whilst allows: at most "
             f"checkpoints={largest} for these loop_vars. Pass far fewer, e.g. "
@@ -299,7 +299,7 @@ def check_checkpoint_memory(gradient, static_bound, leaves) -> None:
             f"logarithmically as they shrink.")
     if checkpoints > MAX_SCHEDULED_CHECKPOINTS:
         raise ValueError(
-            f"while_loop: checkpoints must be at most {MAX_SCHEDULED_CHECKPOINTS} where they "
+            f"{api}: checkpoints must be at most {MAX_SCHEDULED_CHECKPOINTS} where they "
             f"do not cover the loop's maximum_iterations ({static_bound}); found "
             f"{checkpoints}. To store every step, pass maximum_iterations=N and "
             f"checkpoints=N; else a few dozen suffice: recomputation grows only "

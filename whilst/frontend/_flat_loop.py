@@ -20,18 +20,20 @@ traced before reuse its trace (`_traced_loops`).
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jax import lax
 
 from whilst.frontend import _traced_loops as traced_loops
 from whilst.frontend._carry_types import trace_body
-from whilst.frontend._checks import check_cond_output
+from whilst.frontend._checks import check_checkpoint_memory, check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
+from whilst.ir._trip_count import static_trips
 from whilst.ir._vma import varying, vary
 
 
 def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, api,
-                    cond_name, back_prop=True, cache_key=None):
+                    cond_name, starts, back_prop=True, cache_key=None):
     """The final carry (a list like `leaves`) of the loop above.
 
     Args:
@@ -43,6 +45,10 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         `out_avals` body's output types; raises where they differ.
       bound, options: the bound operand and `functional_while` keywords
         (`_checks.loop_options`).
+      starts: the leaves as the caller gave them (Python scalars before they
+        became arrays): a loop that steps a counter from a concrete start to a
+        concrete limit (`i < 2` from `i = 0`) is bounded by its trip count
+        (`whilst.ir._trip_count.static_trips`), as if by `maximum_iterations`.
       name: the loop's name; its cond and body are traced as `{name}_cond`
         and `{name}_body`.
       api, cond_name: the entry point and cond's argument name, for errors.
@@ -69,12 +75,27 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
     else:  # the same carry types as when it was traced: promote as then
         init = [x if jax.typeof(x) == a else lax.convert_element_type(x, a.dtype)
                 for x, a in zip(keys.raw(leaves), traced.carry_avals)]
+    bound, options = _bounded_by_trips(traced, starts, bound, options)
+    check_checkpoint_memory(options["gradient"], options["static_bound"], init, api)
     operands = [list(traced.cond_consts), list(traced.body_consts), bound, init]
     if not back_prop:
         operands = jax.tree_util.tree_map(lax.stop_gradient, operands)
     _, *outs = functional_while(*operands, cond_jaxpr=traced.cond_jaxpr,
                                 body_jaxpr=traced.body_jaxpr, name=name, **options)
     return keys.wrap(outs)
+
+
+def _bounded_by_trips(traced, starts, bound, options):
+    """`(bound, options)` with the loop's static trip count, where it has one, as
+    its bound and static bound (the least of it and the bound given)."""
+    trips = static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
+                         len(traced.body_consts), starts)
+    static_bound = options["static_bound"]
+    if trips is None or static_bound is not None and static_bound <= trips:
+        return bound, options
+    bound = (np.int32(min(int(bound), trips)) if isinstance(bound, (int, np.integer))
+             else lax.min(bound, np.int32(trips)))
+    return bound, dict(options, static_bound=trips)
 
 
 def _trace(flat_cond, flat_body, init, check_carry, bound, name):

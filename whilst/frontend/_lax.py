@@ -164,6 +164,7 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     check_carry = functools.partial(_check_types, api, paths)
     outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
                            options=options, name=name, api=api, cond_name="cond_fun",
+                           starts=[x for _, x in leaves_with_paths],
                            cache_key=cache_key and (*cache_key, tree))
     return jax.tree_util.tree_unflatten(tree, outs)
 

@@ -94,11 +94,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     def check_carry(carry, out_avals):
         _check_dtypes(paths, carry, out_avals)
-        checks.check_checkpoint_memory(options["gradient"], options["static_bound"], carry)
 
     outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
-                           back_prop=back_prop,
+                           starts=[x for _, x in leaves_with_paths], back_prop=back_prop,
                            cache_key=("tf_while_loop", cond, body, in_tree))
     return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
                    return_same_structure)

@@ -13,13 +13,16 @@ reads a test of the carry back to the host every emitted iteration.
 """
 from __future__ import annotations
 
+import numbers
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 from jax.interpreters import partial_eval as pe
 
-from whilst._jax_compat import split_list
+from whilst._jax_compat import is_concrete, split_list
 from whilst.ir._tracing import call, trace_closed
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -115,3 +118,32 @@ def _distance(lo, hi):
         d = lax.min(d, lax.full((), _INT32_MAX, unsigned))
     return lax.select(lax.lt(lo, hi), lax.convert_element_type(d, np.int32),
                       lax.full((), 0, np.int32))
+
+
+def static_trips(cond_jaxpr, cond_consts, body_jaxpr, n_body_consts, starts) -> int | None:
+    """The trip count, as a Python int, of a loop of the form of the module docstring
+    whose counter's start and limit are known at trace time, else None.
+
+    `cond_jaxpr(*cond_consts, i, *carry)` and `body_jaxpr(*body_consts, i, *carry)`
+    are the loop's cond and body; `starts` its initial carry as the caller was
+    given it: only the values the count reads must be concrete (a Python or numpy
+    scalar, or a JAX array that is not a tracer), as for `jax.lax.fori_loop`'s
+    bounds. Such a loop runs exactly that many steps before any bound, whatever
+    the rest of its carry, so it is a counted loop as much as one with
+    `maximum_iterations`.
+    """
+    trips = counter_trips(cond_jaxpr, len(cond_consts), body_jaxpr, n_body_consts)
+    if trips is None:
+        return None
+    _, read = pe.dce_jaxpr(trips.jaxpr, [True])
+    args = []
+    for used, x, aval in zip(read, [*cond_consts, *starts], trips.in_avals):
+        if not used:
+            x = np.zeros(aval.shape, aval.dtype)
+        elif not (isinstance(x, (numbers.Number, np.ndarray, np.generic)) or
+                  isinstance(x, jax.Array) and is_concrete(x)):
+            return None
+        args.append(np.asarray(x).astype(aval.dtype))
+    with jax.ensure_compile_time_eval():
+        (count,) = jax.core.eval_jaxpr(trips.jaxpr, trips.consts, *args)
+    return int(count)
