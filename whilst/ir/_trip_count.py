@@ -53,6 +53,13 @@ def counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr,
                   n_body_inputs_before_counter) -> ClosedJaxpr | None:
     """`trips(*cond_consts, *carry) -> int32` (at most int32's maximum) for a loop
     of the form of the module docstring, else None."""
+    test = _counter_test(cond_jaxpr, cond_nconsts, body_jaxpr, n_body_inputs_before_counter)
+    return None if test is None else _trips(cond_jaxpr, cond_nconsts, *test)
+
+
+def _counter_test(cond_jaxpr, cond_nconsts, body_jaxpr, n_body_inputs_before_counter):
+    """`(carry_index, limit, stride)` of a loop of the form of the module docstring
+    (carry_index -1: the loop's counter; limit: a var or literal of cond), else None."""
     jaxpr = cond_jaxpr.jaxpr
     (out,) = jaxpr.outvars
     test = next((e for e in jaxpr.eqns if any(v is out for v in e.outvars)), None)
@@ -70,7 +77,7 @@ def counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr,
         limit = test.invars[1 - side]
         if stride == _STRIDE_FOR[test.primitive.name, side] and _invariant(
                 jaxpr, limit, cond_nconsts):
-            return _trips(cond_jaxpr, cond_nconsts, p - cond_nconsts - 1, limit, stride)
+            return p - cond_nconsts - 1, limit, stride
     return None
 
 
@@ -125,25 +132,48 @@ def static_trips(cond_jaxpr, cond_consts, body_jaxpr, n_body_consts, starts) -> 
     whose counter's start and limit are known at trace time, else None.
 
     `cond_jaxpr(*cond_consts, i, *carry)` and `body_jaxpr(*body_consts, i, *carry)`
-    are the loop's cond and body; `starts` its initial carry as the caller was
-    given it: only the values the count reads must be concrete (a Python or numpy
-    scalar, or a JAX array that is not a tracer), as for `jax.lax.fori_loop`'s
-    bounds. Such a loop runs exactly that many steps before any bound, whatever
-    the rest of its carry, so it is a counted loop as much as one with
-    `maximum_iterations`.
+    are the loop's cond and body, `starts` its initial carry as the caller was
+    given it. The start and the limit must be known (a Python or numpy scalar, or
+    a JAX array that is not a tracer), as for `jax.lax.fori_loop`'s bounds: the
+    limit a literal of cond, or computed from such values cond closes over (it is
+    then evaluated here, once per trace). Such a loop runs exactly
+    that many steps before any bound, whatever the rest of its carry, so it is a
+    counted loop as much as one with `maximum_iterations`.
     """
-    trips = counter_trips(cond_jaxpr, len(cond_consts), body_jaxpr, n_body_consts)
-    if trips is None:
+    test = _counter_test(cond_jaxpr, len(cond_consts), body_jaxpr, n_body_consts)
+    if test is None:
         return None
-    _, read = pe.dce_jaxpr(trips.jaxpr, [True])
-    args = []
-    for used, x, aval in zip(read, [*cond_consts, *starts], trips.in_avals):
-        if not used:
-            x = np.zeros(aval.shape, aval.dtype)
-        elif not (isinstance(x, (numbers.Number, np.ndarray, np.generic)) or
-                  isinstance(x, jax.Array) and is_concrete(x)):
-            return None
-        args.append(np.asarray(x).astype(aval.dtype))
+    carry_index, limit, stride = test
+    x0 = 0 if carry_index < 0 else starts[carry_index]
+    c = _known_limit(cond_jaxpr, cond_consts, limit) if _is_known(x0) else None
+    if c is None:
+        return None
+    dtype = limit.aval.dtype
+    lo, hi = (int(np.asarray(v).astype(dtype)) for v in ((x0, c) if stride == 1 else (c, x0)))
+    return min(max(hi - lo, 0), _INT32_MAX)
+
+
+def _known_limit(cond_jaxpr, cond_consts, limit):
+    """The value of cond's loop invariant `limit` where the constants it is computed
+    from are known at trace time, else None."""
+    if isinstance(limit, Literal):
+        return limit.val
+    jaxpr = cond_jaxpr.jaxpr
+    for v, value in zip(jaxpr.invars, cond_consts):
+        if v is limit:
+            return value if _is_known(value) else None
+    nconsts = len(cond_consts)
+    # computed in cond (`n * 2 - 3`): evaluated at trace time from known constants
+    limit_of, read = pe.dce_jaxpr(jaxpr.replace(outvars=[limit]), [True])
+    if not all(_is_known(x) for x, used in zip(cond_consts, read[:nconsts]) if used):
+        return None
     with jax.ensure_compile_time_eval():
-        (count,) = jax.core.eval_jaxpr(trips.jaxpr, trips.consts, *args)
-    return int(count)
+        (value,) = jax.core.eval_jaxpr(limit_of, cond_jaxpr.consts, *(
+            x for x, used in zip(cond_consts, read[:nconsts]) if used))
+    return value
+
+
+def _is_known(v) -> bool:
+    """Whether `v` is a value known at trace time."""
+    return isinstance(v, (numbers.Number, np.ndarray, np.generic)) or (
+        isinstance(v, jax.Array) and is_concrete(v))
