@@ -41,7 +41,11 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       back_prop: False stops gradients (and tangents) through the loop.
       name: the loop's name in the IR and the StableHLO (`whilst.name`); "while".
       maximum_iterations: None, or a non-negative int or int scalar (may be
-        traced). A Python int also caps the stacks of stored steps.
+        traced). A Python int also caps the stacks of stored steps, and so
+        does a trip count known at trace time: cond `i < c` (or `c > i`, or
+        `i > c` counting down) for a loop variable `i` that body steps by 1,
+        with `i`'s start and `c` Python or numpy scalars or concrete arrays
+        (`[0, x]` and `i < 2`: two steps).
       return_same_structure: False returns the final loop_vars bare for a single
         loop var and as a list for several; True in the structure of loop_vars.
       unroll: loop steps per emitted `stablehlo.while` iteration; None chooses

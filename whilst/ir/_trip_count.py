@@ -9,7 +9,11 @@ alone, takes, before its bound, exactly::
 steps; `x > c` (or `c < x`) with `x - 1` takes `x0 - c` likewise. The lowering
 then bounds such a loop by `min(bound, trips)` and tests `i < bound` alone:
 IREE 3.13 keeps the counter of a loop tested that way on the host, where it
-reads a test of the carry back to the host every emitted iteration.
+reads a test of the carry back to the host every emitted iteration. Where x0
+and c are known at trace time (`i < 2` from `i = 0`), the frontends bound the
+loop by `trips` when they bind it (`static_trips`), as a Python-int
+`maximum_iterations` would: reverse mode stores its steps, at every order,
+instead of running the default budget's chunks.
 """
 from __future__ import annotations
 
