@@ -21,6 +21,8 @@ from whilst._jax_compat import split_list
 from whilst.ir._buffers import uninitialized_values
 from whilst.ir._emit_ops import broadcast_scalar, const, less, subcomp
 from whilst.ir._emit_rows import read_rows, write_rows
+from whilst.ir._predicated_writes import predicated_writes
+from whilst.ir._tracing import PRED_AVAL
 from whilst.ir.iree_forms._unread_carries import read_every_carry
 
 ROLE_ATTR = "whilst.role"
@@ -31,7 +33,6 @@ UNROLL_ATTR = "whilst.unroll"
 # with a result per step and carry, past the 32 bindings its runtime accepts
 # (iree_limits/wide_scalar_dispatch.mlir).
 EPILOGUE_GROUP_CARRIES = 16
-PRED_AVAL = ShapedArray((), np.bool_)
 
 
 class LoopEmitter:
@@ -59,6 +60,7 @@ class LoopEmitter:
         self.strides = strides  # `integer_strides` of the carries
         # (whether the carry holds a scalar other than a counter)
         self.picks_scalars = picks_scalars
+        self._predicated = None  # `predicated_writes` of the body, once a step needs it
 
     # ---------------------------------------------------------------- the hooks
 
@@ -120,6 +122,25 @@ class LoopEmitter:
                        *self.consts, *rows_in, i, *xs)
         return outs[:self.ncarry], outs[self.ncarry:]
 
+    def predicated_step(self, active, i, xs, rows_in):
+        """One step of the body whose carry is kept where `active` is false:
+        `(carry, pushed rows)`. Carries the body writes at one window select that
+        window alone (`_predicated_writes`), the others their whole value."""
+        if self._predicated is None:
+            self._predicated = predicated_writes(
+                self.body_jaxpr, len(self.consts) + len(self.popped), self.ncarry) or False
+        if not self._predicated:
+            new, rows = self.step(i, xs, rows_in)
+            written = [False] * self.ncarry
+        else:
+            body, written = self._predicated
+            outs = subcomp(self.ctx, body, self.name_stack.extend("body"),
+                           active, *self.consts, *rows_in, i, *xs)
+            new, rows = outs[:self.ncarry], outs[self.ncarry:]
+        xs = [n if w else hlo.select(broadcast_scalar(active, n.type), n, x)
+              for n, x, w in zip(new, xs, written)]
+        return xs, rows
+
     def steps(self, i, xs, popped_rows, first_predicated, fenced=False):
         """k steps from step `i`, those from `first_predicated` on predicated on their
         own test: `(xs, pushed chunks, steps taken (i32), seen)`, where `seen[s]` is
@@ -137,8 +158,7 @@ class LoopEmitter:
                 active = (self.predicate(index, xs) if lanes is None else
                           hlo.reshape(ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)),
                                       hlo.slice(lanes, [s], [s + 1], [1])))
-                new, rows = self.step(index, xs, rows_in)
-                xs = [hlo.select(broadcast_scalar(active, n.type), n, x) for n, x in zip(new, xs)]
+                xs, rows = self.predicated_step(active, index, xs, rows_in)
                 taken = hlo.add(taken, hlo.convert(self.i32, active))
             else:
                 xs, rows = self.step(index, xs, rows_in)

@@ -20,6 +20,7 @@ from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
 from whilst.ir._vma import varying, vary
 
 COUNTER_AVAL = ShapedArray((), np.int32)  # the iteration counter every loop body receives
+PRED_AVAL = ShapedArray((), np.bool_)     # a loop's test
 
 
 def _debug_info(name: str, fn: Callable, avals: Sequence[AbstractValue]):

@@ -141,7 +141,7 @@ def _in_bounds_scatter(primitive, operand, indices, updates, *, dimension_number
     windows = int(np.prod(indices.shape[:-1]))
     if primitive.name in _ARITHMETIC or (update_jaxpr is None and windows == 1):
         keep = (_identity(primitive.name, updates.dtype, updates.shape)
-                if primitive.name in _ARITHMETIC else _windows_at(operand, clipped, updates, dn))
+                if primitive.name in _ARITHMETIC else windows_at(operand, clipped, updates, dn))
         return primitive.bind(operand, clipped, lax.select(inside_updates, updates, keep),
                               unique_indices=unique_indices and windows == 1, **kwargs)
     return _through_padding(primitive, operand, clipped, inside, updates, highs, kwargs)
@@ -191,7 +191,7 @@ def _identity(name, dtype, shape):
     return lax.full(shape, np.array(value).astype(dtype))
 
 
-def _windows_at(operand, clipped, updates, dn):
+def windows_at(operand, clipped, updates, dn):
     """The operand's windows at `clipped`, shaped as `updates` (the scatter's dual gather)."""
     gather_dims = lax.GatherDimensionNumbers(offset_dims=dn.update_window_dims,
                                              collapsed_slice_dims=dn.inserted_window_dims,
