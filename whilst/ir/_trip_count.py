@@ -140,9 +140,9 @@ def static_trips(cond_jaxpr, cond_consts, body_jaxpr, n_body_consts, starts) -> 
     given it. The start and the limit must be known (a Python or numpy scalar, or
     a JAX array that is not a tracer), as for `jax.lax.fori_loop`'s bounds: the
     limit a literal of cond, or computed from such values cond closes over (it is
-    then evaluated here, once per trace). Such a loop runs exactly
-    that many steps before any bound, whatever the rest of its carry, so it is a
-    counted loop as much as one with `maximum_iterations`.
+    then evaluated here, once per trace). Such a loop runs exactly that many steps
+    before any bound, whatever the rest of its carry, so it is a counted loop as
+    much as one with `maximum_iterations`.
     """
     test = _counter_test(cond_jaxpr, len(cond_consts), body_jaxpr, n_body_consts)
     if test is None:
