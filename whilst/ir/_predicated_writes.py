@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Literal
 
+from whilst.ir._rewrite import evaluate
 from whilst.ir._tracing import PRED_AVAL, trace_closed
 from whilst.ir.iree_forms._index_bounds import windows_at
 
@@ -50,23 +51,14 @@ def predicated_writes(body_jaxpr: ClosedJaxpr, n_before_counter: int,
         return None
 
     def step(p, *args):
-        env = dict(zip(jaxpr.constvars, body_jaxpr.consts))
-        env.update(zip(jaxpr.invars, args))
+        def predicated(operand, indices, updates, **params):
+            kept = windows_at(operand, indices, updates, params["dimension_numbers"])
+            return lax.scatter_p.bind(
+                operand, indices, lax.select(lax.broadcast(p, updates.shape), updates, kept),
+                **params)
 
-        def read(v):
-            return v.val if isinstance(v, Literal) else env[v]
-
-        for eqn in jaxpr.eqns:
-            invals = [read(v) for v in eqn.invars]
-            if id(eqn) in picked:
-                operand, indices, updates = invals
-                kept = windows_at(operand, indices, updates, eqn.params["dimension_numbers"])
-                invals = [operand, indices, lax.select(
-                    lax.broadcast(p, updates.shape), updates, kept)]
-            outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
-            outs = outs if eqn.primitive.multiple_results else [outs]
-            env.update(zip(eqn.outvars, outs))
-        return [read(v) for v in jaxpr.outvars]
+        return evaluate(body_jaxpr, lambda eqn: predicated if id(eqn) in picked else None,
+                        *args)
 
     return trace_closed(step, [PRED_AVAL, *body_jaxpr.in_avals], "predicated_step"), written
 

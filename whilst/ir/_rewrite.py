@@ -66,8 +66,14 @@ def rewrite_equations(jaxpr: ClosedJaxpr, rule: Callable, name: str) -> ClosedJa
 
     if not _rewritable(jaxpr.jaxpr, picked):
         return jaxpr
-    return trace_closed(lambda *args: _eval(jaxpr.jaxpr, jaxpr.consts, picked, *args),
-                        jaxpr.in_avals, name)
+    return trace_closed(lambda *args: evaluate(jaxpr, picked, *args), jaxpr.in_avals, name)
+
+
+def evaluate(jaxpr: ClosedJaxpr, rule: Callable, *args) -> list:
+    """`jaxpr(*args)` on the current trace, with `rule`'s form `f(*inputs,
+    **eqn.params)` for each equation it picks (a function, or None to keep the
+    equation) and the `INLINED` calls evaluated in line."""
+    return _eval(jaxpr.jaxpr, jaxpr.consts, rule, *args)
 
 
 def _rewritable(jaxpr, rule) -> bool:

@@ -158,22 +158,16 @@ def static_trips(cond_jaxpr, cond_consts, body_jaxpr, n_body_consts, starts) -> 
 
 
 def _known_limit(cond_jaxpr, cond_consts, limit):
-    """The value of cond's loop invariant `limit` where the constants it is computed
-    from are known at trace time, else None."""
-    if isinstance(limit, Literal):
-        return limit.val
-    jaxpr = cond_jaxpr.jaxpr
-    for v, value in zip(jaxpr.invars, cond_consts):
-        if v is limit:
-            return value if _is_known(value) else None
+    """The value of cond's loop invariant `limit` (a literal, a constant or computed
+    from constants: `n * 2 - 3`) where the constants it reads are known at trace
+    time, else None."""
     nconsts = len(cond_consts)
-    # computed in cond (`n * 2 - 3`): evaluated at trace time from known constants
-    limit_of, read = pe.dce_jaxpr(jaxpr.replace(outvars=[limit]), [True])
-    if not all(_is_known(x) for x, used in zip(cond_consts, read[:nconsts]) if used):
+    limit_of, read = pe.dce_jaxpr(cond_jaxpr.jaxpr.replace(outvars=[limit]), [True])
+    used = [x for x, r in zip(cond_consts, read[:nconsts]) if r]
+    if not all(map(_is_known, used)):
         return None
     with jax.ensure_compile_time_eval():
-        (value,) = jax.core.eval_jaxpr(limit_of, cond_jaxpr.consts, *(
-            x for x, used in zip(cond_consts, read[:nconsts]) if used))
+        (value,) = jax.core.eval_jaxpr(limit_of, cond_jaxpr.consts, *used)
     return value
 
 
