@@ -236,8 +236,8 @@ def _passes(cond_jaxpr, consts, strides, i, bound, first, m, flat):
 
 def _pick_step(column, steps, stride):
     """`column[steps]`, bit for bit: `column[0] + stride * steps` for a carry with
-    an integer stride, else a one-hot reduction (`_onehot.pick`; a chain of
-    selects where that takes no such dtype)."""
+    an integer stride, else `_onehot.pick` of the stacked steps (a chain of
+    selects of the steps themselves where that takes no such dtype)."""
     if stride is not None:
         dtype = column[0].dtype
         return column[0] + steps.astype(dtype) * _multiples(stride, 2, dtype)[1]
@@ -247,7 +247,7 @@ def _pick_step(column, steps, stride):
             chosen = jnp.where(steps == s, x, chosen)
         return chosen
     stacked = lax.optimization_barrier(jnp.stack(column))
-    return pick(stacked, lax.broadcasted_iota(np.int32, stacked.shape, 0) == steps, 0)[0]
+    return pick(stacked, steps, 0)[0]
 
 
 def _carries_read(cond_jaxpr, cond_nconsts) -> list[bool]:

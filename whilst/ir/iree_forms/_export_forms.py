@@ -4,7 +4,8 @@ works around)::
 
     export_forms(jaxpr) == rows_first_carries(symbolic_indexing(in_bounds_indexing(
                                explicit_batch_indices(ieee_math(saturating_casts(
-                                   portable_forms(library_primitives_in_line(jaxpr))))))))
+                                   stacked_lines(portable_forms(
+                                       library_primitives_in_line(jaxpr)))))))))
 
 Other libraries' primitives that lower as Python functions (equinox's) are
 evaluated as those functions first, so that every rewrite sees their ops.
@@ -26,6 +27,7 @@ from whilst.ir.iree_forms._index_bounds import in_bounds_indexing
 from whilst.ir.iree_forms._library_primitives import library_primitives_in_line
 from whilst.ir.iree_forms._rows_first_carries import rows_first_carries
 from whilst.ir.iree_forms._saturating_casts import saturating_casts
+from whilst.ir.iree_forms._stacked_lines import stacked_lines
 from whilst.ir.iree_forms._symbolic_indexing import symbolic_indexing
 from whilst.ir._xla_cpu_choice import portable_forms
 
@@ -33,4 +35,5 @@ from whilst.ir._xla_cpu_choice import portable_forms
 def export_forms(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     """`jaxpr` in the forms of the module docstring."""
     return rows_first_carries(symbolic_indexing(in_bounds_indexing(explicit_batch_indices(
-        ieee_math(saturating_casts(portable_forms(library_primitives_in_line(jaxpr))))))))
+        ieee_math(saturating_casts(stacked_lines(portable_forms(
+            library_primitives_in_line(jaxpr)))))))))

@@ -37,6 +37,7 @@ from whilst.ir._gpu_export import scaled
 from whilst.ir._rewrite import rewrite_equations
 
 ONE_HOT_ELEMENTS = 4096  # elements one rewritten op selects over (array x slice size; CPU)
+SELECTED_LINES = 8  # lines `pick` selects among by a chain of selects (more: a masked sum)
 
 _SCATTER_COMBINE = {"scatter": None, "scatter-add": lax.add, "scatter_add": lax.add,
                     "scatter-mul": lax.mul, "scatter_mul": lax.mul,
@@ -135,17 +136,31 @@ def _at(position, axis, shape):
     return lax.eq(lax.broadcasted_iota(np.int32, shape, axis), lax.broadcast(position, shape))
 
 
-def pick(x, mask, axis):
-    """The element of `x` where `mask` holds along `axis` (one per line), as
-    `x`'s exact bit pattern; axis kept with size 1."""
+def pick(x, position, axis):
+    """`x`'s line at `position` along `axis` (int32: a scalar, or one per line, of
+    `x`'s shape with `axis` of size 1), as `x`'s exact bit pattern, axis kept with
+    size 1; zeros where no line is there. Up to SELECTED_LINES lines, a chain of
+    selects (elementwise, so IREE fuses it with its neighbours), else a masked sum
+    (a reduction: a dispatch of its own)."""
     bits = _BITS[x.dtype.itemsize]
     as_bits = (lax.convert_element_type(x, bits) if x.dtype == np.bool_
                else lax.bitcast_convert_type(x, bits))
-    chosen = lax.select(mask, as_bits, lax.full_like(as_bits, 0))
-    summed = lax.expand_dims(lax.reduce_sum(chosen, (axis,)), (axis,))
+    line = (*x.shape[:axis], 1, *x.shape[axis + 1:])
+    if x.shape[axis] <= SELECTED_LINES:
+        picked = lax.full(line, 0, bits)
+        for r in range(x.shape[axis]):
+            here = lax.eq(position, np.int32(r))
+            here = lax.broadcast(here, line) if not here.shape else here
+            picked = lax.select(here, lax.slice_in_dim(as_bits, r, r + 1, axis=axis), picked)
+    else:
+        at = (lax.broadcast(position, x.shape) if not position.shape else
+              lax.broadcast_in_dim(position, x.shape, tuple(range(x.ndim))))
+        mask = lax.eq(lax.broadcasted_iota(np.int32, x.shape, axis), at)
+        chosen = lax.select(mask, as_bits, lax.full_like(as_bits, 0))
+        picked = lax.expand_dims(lax.reduce_sum(chosen, (axis,)), (axis,))
     if x.dtype == np.bool_:
-        return lax.ne(summed, lax.full_like(summed, 0))
-    return lax.bitcast_convert_type(summed, x.dtype)
+        return lax.ne(picked, lax.full_like(picked, 0))
+    return lax.bitcast_convert_type(picked, x.dtype)
 
 
 def _clamped(position, high):
@@ -164,7 +179,7 @@ def _dynamic_slice(x, *starts, slice_sizes):
         if size == n:
             continue
         start = _clamped(start, n - size)
-        rows = [pick(x, _at(lax.add(start, np.int32(r)), axis, x.shape), axis)
+        rows = [pick(x, lax.add(start, np.int32(r)), axis)
                 for r in range(size)]
         x = rows[0] if size == 1 else lax.concatenate(rows, axis)
     return x
@@ -217,7 +232,7 @@ def _row_index(j, n, mode):
 def _gather_row(x, indices, *, mode, fill_value=None, **_):
     """`x[indices[0]]` of a one-row gather, with the gather's bounds mode."""
     j, in_bounds = _row_index(lax.reshape(indices, ()), x.shape[0], mode)
-    row = lax.squeeze(pick(x, _at(j, 0, x.shape), 0), (0,))
+    row = lax.squeeze(pick(x, j, 0), (0,))
     if in_bounds is None:
         return row
     return lax.select(lax.broadcast(in_bounds, row.shape), row,
@@ -229,9 +244,8 @@ def _gather_row_per_batch(x, indices, *, dimension_numbers, mode, fill_value=Non
     bounds mode, axis 1 kept or collapsed as the gather has it."""
     first = lax.reshape(lax.slice_in_dim(indices, 0, 1, axis=1), indices.shape[:1])
     j, in_bounds = _row_index(first, x.shape[1], mode)
-    shape = x.shape
-    position = lax.broadcast_in_dim(j, shape, (0,))
-    rows = pick(x, lax.eq(lax.broadcasted_iota(np.int32, shape, 1), position), 1)
+    position = lax.broadcast_in_dim(j, (x.shape[0], 1, *x.shape[2:]), (0,))
+    rows = pick(x, position, 1)
     if in_bounds is not None:
         rows = lax.select(lax.broadcast_in_dim(in_bounds, rows.shape, (0,)), rows,
                           lax.full_like(rows, 0 if fill_value is None else fill_value))
