@@ -49,8 +49,8 @@ def rows_first_carries(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 def _rule(eqn):
     params = eqn.params
     if (eqn.primitive.name != "functional_while" or params["accumulators"]
-            or params["pops"]):
-        return None
+            or params["pops"] or all(a.ndim < 2 for a in params["body_jaxpr"].out_avals)):
+        return None   # (an inner dimension needs two)
     body = _in_line(params["body_jaxpr"])
     ncarry = len(body.out_avals)
     dims = _written_dims(body.jaxpr, len(body.in_avals) - ncarry)

@@ -1,4 +1,4 @@
-"""Concatenations of single lines, as elementwise selects.
+"""Stacks and concatenations of single lines, as elementwise selects.
 
 IREE 3.13 writes each operand of a concatenation into its slice of the result, so
 the elementwise code computing each operand becomes a dispatch of its own: a vector
@@ -29,21 +29,21 @@ from whilst.ir.iree_forms._onehot import SELECTED_LINES
 
 
 def stacked_lines(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
-    """`jaxpr` with its concatenations of single lines as selects (module
-    docstring); the same object when it has none."""
+    """`jaxpr` with its stacks and concatenations of single lines as selects
+    (module docstring); the same object when it has none."""
     return rewrite_equations(jaxpr, _RULE, "stacked_lines")
 
 
 def _rule(eqn):
-    name, avals = eqn.primitive.name, [v.aval for v in eqn.invars]
-    if name == "stack":   # jnp.stack: lines inserted along `axis`
-        axis, lines = eqn.params["axis"], avals
-    elif name == "concatenate" and all(a.shape[eqn.params["dimension"]] == 1 for a in avals):
-        axis, lines = eqn.params["dimension"], avals
-    else:
+    name, lines = eqn.primitive.name, [v.aval for v in eqn.invars]
+    if (name not in ("stack", "concatenate") or not 2 <= len(lines) <= SELECTED_LINES
+            or not all(is_constant_shape(a.shape) for a in lines)):
         return None
-    if not (2 <= len(lines) <= SELECTED_LINES
-            and all(is_constant_shape(a.shape) for a in lines)):
+    if name == "stack":   # jnp.stack: lines inserted along `axis`
+        axis = eqn.params["axis"]
+    elif all(a.shape[eqn.params["dimension"]] == 1 for a in lines):
+        axis = eqn.params["dimension"]
+    else:
         return None
     return lambda *xs, **_: _selected(xs, axis, inserted=name == "stack")
 
