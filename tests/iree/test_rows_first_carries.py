@@ -2,7 +2,8 @@
 (`whilst.ir.iree_forms._rows_first_carries`): `jax.vmap` of a stage loop that writes
 `ks[s]` (diffrax's Runge-Kutta stage buffer, batched: written along axis 1) gives
 numpy's results on IREE, and the exported loop carries and writes the buffer stages
-first; carries that do not qualify keep their layout."""
+first; so are matrices whose columns a loop writes while its test reads them; carries
+that do not qualify keep their layout."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,6 +70,36 @@ def test_carries_written_along_their_first_axis_or_two_axes_keep_their_layout():
 
     closed = jax.make_jaxpr(jax.vmap(two_axes))(np.zeros((2, 3, 3, 2), np.float32))
     assert rows_first_carries(closed) is closed
+
+
+def test_columns_written_while_the_test_reads_the_matrix_keep_their_values():
+    """A loop writing columns of two matrices (axis 1, no vmap), whose test sums
+    one and whose body reads it too."""
+    def columns(x):
+        def body(i, m, other):
+            col = jnp.cos(x * (i + 1.0)) + m[0, jnp.maximum(i - 1, 0)]
+            return i + 1, m.at[:, i].set(col), other.at[:, i].set(2.0 * col)
+        return whilst.while_loop(lambda i, m, other: (i < 6) & (jnp.sum(m) < 4.0), body,
+                                 [0, jnp.zeros((3, 6), jnp.float32),
+                                  jnp.ones((3, 6), jnp.float32)])
+
+    def columns_numpy(x):
+        i, m, other = 0, np.zeros((3, 6), np.float32), np.ones((3, 6), np.float32)
+        while i < 6 and m.sum() < 4.0:
+            col = np.cos(x * (i + 1.0)) + m[0, max(i - 1, 0)]
+            m[:, i], other[:, i] = col, 2.0 * col
+            i += 1
+        return i, m, other
+
+    x = np.array([0.1, 0.5, 0.9], np.float32)
+    closed = jax.make_jaxpr(columns)(x)
+    rewritten = rows_first_carries(closed)
+    assert [a.shape for a in loop_carries(rewritten)[1:]] == [(6, 3), (6, 3)]
+    got = jax.core.eval_jaxpr(rewritten.jaxpr, rewritten.consts, x)
+    want = columns_numpy(x)
+    assert int(got[0]) == want[0] and 0 < want[0] < 6   # the sum stopped it early
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
 
 
 @pytest.mark.iree
