@@ -80,20 +80,23 @@ def point_gather_after_dot():
 
 
 def aggressive_fusion_dominance():
-    """The forward-mode derivative of `x <- x * w` three times (jax.jvp), whose
-    steps run unpredicated and are tested together (`_all_pass`): with
+    """A loop writing rows of two 9-row buffers, 9 steps per emitted iteration run
+    unpredicated and tested together (`_all_pass`), its last steps' carries then
+    picked by a masked sum over the 10 candidates (`_onehot.pick`): with
     `--iree-dispatch-creation-enable-aggressive-fusion`, iree-compile's
     FormDispatchRegionsPass fails ("operand #1 does not dominate this use"): it
-    places an op that reads the steps' AND-reduced test before that `reduce`. The
-    default fusion compiles it, and `whilst.compile` falls back to it (13
-    programs of tests/iree/test_iree_corpus.py fail so). Before the unpredicated form,
-    the README's fixed-point loop (x <- tanh(W x) until it stops moving) failed
-    the same way on the 0-d chain of its steps' predicate selects; the corpus's
-    copy of it (readme_fixed_point_forward) now compiles with aggressive fusion."""
-    def power_w(w):
-        return whilst.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, x * w),
-                                 [0, 1.0])[1]
-    return (lambda w: jax.jvp(power_w, (w,), (1.0,))), (np.float32(2.0),)
+    places an op that reads the sum before that `reduce`. The default fusion
+    compiles it, and `whilst.compile` falls back to it. Picks among at most 8
+    candidates are chains of selects (`_onehot.SELECTED_LINES`), which compile
+    with aggressive fusion: the same loop with 5 rows does (before, it failed, as
+    did the forward-mode derivative of `x <- x * w` three times and, before the
+    unpredicated form, the README's fixed-point loop)."""
+    def rows(x):
+        def body(i, a, b):
+            return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
+        return whilst.while_loop(lambda i, a, b: i < 9, body,
+                                 [0, jnp.zeros(9), jnp.zeros(9)])
+    return rows, (np.float32(2.0),)
 
 
 CASES = {

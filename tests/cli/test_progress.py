@@ -168,11 +168,11 @@ def test_iree_compile_warnings_go_to_the_whilst_logger_not_to_stderr(capfd, capl
 
 def two_zeros_carries(x):
     """A program iree-compile 3.13 rejects with aggressive fusion ("operand #1 does not
-    dominate this use"; tests/iree/test_iree_corpus.py's two_zeros_carries): two carries
-    that start from one value."""
+    dominate this use"; iree_limits/reproduce.py aggressive_fusion_dominance): two
+    9-row carries that start from one value, 9 unpredicated steps per iteration."""
     def body(i, a, b):
         return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
-    return whilst.while_loop(lambda i, a, b: i < 5, body, [0, jnp.zeros(5), jnp.zeros(5)])
+    return whilst.while_loop(lambda i, a, b: i < 9, body, [0, jnp.zeros(9), jnp.zeros(9)])
 
 
 def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
@@ -189,7 +189,8 @@ def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
     # The hook heard of the fallback while it ran, then of the stage's end.
     assert events[-2:] == [(label, events[-2][1], False), (label, first.stages[-1][1], True)]
     n, a, b = first.load().main(np.float32(2.0))
-    assert int(n) == 5 and list(a) == [0, 2, 4, 6, 8] and list(b) == [2, 3, 4, 5, 6]
+    assert int(n) == 9 and list(a) == [2 * i for i in range(9)] \
+        and list(b) == [2 + i for i in range(9)]
     again = whilst.compile(two_zeros_carries, np.float32(2.0), cache=tmp_path,
                            loops_in_dispatch=False)
     assert again.cache_hit and again.stages[-1][0] == (

@@ -307,7 +307,7 @@ def test_preparation_keeps_large_selects_and_concatenates():
     def f(flag, a, b):
         return jnp.where(flag, a, b), jnp.stack([a, b])
 
-    big = np.zeros(1024, np.float32)
+    big = np.zeros(4096, np.float32)   # past the stacks exported as selects (_stacked_lines)
     text = prepare([whilst.export(f, np.bool_(True), big, big)])
     ops = []
     with ir.Context() as context:

@@ -7,8 +7,8 @@ Runge-Kutta stage of a batch of 1024 solves) ran as one dispatch per component,
 each reading the lanes' state strided (`iree_limits/stacked_lines.mlir`).
 `stacked_lines(jaxpr)` writes a `jnp.stack` of at most SELECTED_LINES operands (the
 `stack` primitive), and a concatenation of as many that are one line thick along
-its axis, as selects of their broadcasts, which IREE fuses with the code around
-them::
+its axis, of at most ONE_HOT_ELEMENTS elements in all, as selects of their
+broadcasts, which IREE fuses with the code around them::
 
     stack([x_0, ..., x_{n-1}], axis)             # or a concatenate of x_k of size 1
         == select(iota(axis) == 0, broadcast(x_0),  # along axis
@@ -25,7 +25,8 @@ from jax.extend.core import ClosedJaxpr
 
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
-from whilst.ir.iree_forms._onehot import SELECTED_LINES
+from whilst.ir._gpu_export import scaled
+from whilst.ir.iree_forms._onehot import ONE_HOT_ELEMENTS, SELECTED_LINES
 
 
 def stacked_lines(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
@@ -37,8 +38,9 @@ def stacked_lines(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 def _rule(eqn):
     name, lines = eqn.primitive.name, [v.aval for v in eqn.invars]
     if (name not in ("stack", "concatenate") or not 2 <= len(lines) <= SELECTED_LINES
-            or not all(is_constant_shape(a.shape) for a in lines)):
-        return None
+            or not all(is_constant_shape(a.shape) for a in lines)
+            or sum(a.size for a in lines) > scaled(ONE_HOT_ELEMENTS)):
+        return None   # (large stacks stay copies: a select reads every line per element)
     if name == "stack":   # jnp.stack: lines inserted along `axis`
         axis = eqn.params["axis"]
     elif all(a.shape[eqn.params["dimension"]] == 1 for a in lines):
