@@ -179,9 +179,9 @@ def _gpu_arch(target: str, gpu_arch) -> str | None:
 # IREE 3.13 forms one dispatch per scalar value that several ops read; with this flag
 # it fuses across such values (bench/fusion_ab.py: loops 1.08-1.88x faster on llvm-cpu),
 # but iree-compile fails on some programs with it ("operand #N does not dominate this
-# use", iree_limits/reproduce.py aggressive_fusion_dominance; 13 of the 61
-# programs of tests/iree/test_iree_corpus.py), so whilst falls back to the default fusion
-# then (`compile_module`).
+# use", iree_limits/reproduce.py aggressive_fusion_dominance; 2 of the programs of
+# tests/iree/test_iree_corpus.py), so whilst falls back to the default fusion then
+# (`compile_module`).
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 
 # IREE's constant evaluation compiles and runs a second module (for llvm-cpu, whatever
