@@ -88,9 +88,10 @@ def aggressive_fusion_dominance():
     places an op that reads the sum before that `reduce`. The default fusion
     compiles it, and `whilst.compile` falls back to it. Picks among at most 8
     candidates are chains of selects (`_onehot.SELECTED_LINES`), which compile
-    with aggressive fusion: the same loop with 5 rows does (before, it failed, as
-    did the forward-mode derivative of `x <- x * w` three times and, before the
-    unpredicated form, the README's fixed-point loop)."""
+    with aggressive fusion: the same loop with 5 rows compiles so, and failed
+    while its picks were masked sums too (as did the forward-mode derivative of
+    `x <- x * w` three times and, before the unpredicated form, the README's
+    fixed-point loop)."""
     def rows(x):
         def body(i, a, b):
             return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
