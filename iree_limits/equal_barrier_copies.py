@@ -5,7 +5,7 @@ value again. In the gradient of diffrax's Tsit5 (the stage loop's checkpoint arr
 of equinox's checkpointed while loop, nested in the step loop) one carry's writes
 then overwrite another's, and the gradient comes out as zeros; the exported
 StableHLO, whilst's IREE rewrites included, runs right on XLA. whilst's copies hold
-a distinct constant each in their barrier (`barrier(0, k)`, `_opaque_copy`), which
+a distinct constant each in their barrier (`barrier(0, k)`, `opaque_copy`), which
 keeps them apart. Smaller modules (two carries of one loop, nested or not, written
 by `dynamic_update_slice`) did not show it. This script builds the module both ways
 and prints
@@ -31,14 +31,14 @@ def loss(rates, adjoint):
 
 
 def gradient(equal_copies):
-    saved = iree_loops._opaque_copy
+    saved = iree_loops.opaque_copy
     if equal_copies:
-        iree_loops._opaque_copy = lambda value, before, serial=0: saved(value, before)
+        iree_loops.opaque_copy = lambda value, before, serial=0: saved(value, before)
     try:
         grad = jax.grad(lambda p: loss(p, WhilstAdjoint()))
         return whilst.compile(grad, RATES, cache=False).load()(RATES)
     finally:
-        iree_loops._opaque_copy = saved
+        iree_loops.opaque_copy = saved
 
 
 if __name__ == "__main__":

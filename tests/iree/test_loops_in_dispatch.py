@@ -378,3 +378,28 @@ def test_a_loop_whose_dispatch_fails_to_compile_alone_goes_back_to_the_host(monk
     for n in (0, 2, 6):
         for got, expected in zip(run.main(*args[:2], i32(n)), want(*args[:2], n)):
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("gradient_memory", [32, 256])
+def test_a_host_loop_starting_from_a_dispatchs_results_runs(gradient_memory):
+    """jax.grad of a loop under a budget of a few rows: its forward While and its
+    recomputing loop move into dispatches, its gradient While (which writes slots)
+    stays on the host with carries that start from their results, from copies
+    (`iree_limits/dispatch_result_as_loop_init.py`: without them every call fails).
+    The gradient is `jax.grad` of the loop unrolled in Python, at 0 to 10 steps,
+    on both CPU drivers."""
+    def f(x):
+        return whilst.while_loop(lambda i, y: y < 10.0, lambda i, y: (i + 1, y * 1.5 + 0.1),
+                                 [0, x], gradient_memory=gradient_memory)[1]
+
+    def unrolled(x):
+        while x < 10.0:
+            x = x * 1.5 + 0.1
+        return x
+
+    module = whilst.compile(jax.grad(f), f32(1.0), cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1]
+    for driver in ("local-sync", "local-task"):
+        run = module.load(driver)
+        for x in [11.0, 9.0, 1.0, 0.1, 1e-4]:
+            np.testing.assert_allclose(run(f32(x)), jax.grad(unrolled)(f32(x)), rtol=1e-5)

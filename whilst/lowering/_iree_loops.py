@@ -57,7 +57,7 @@ def distinct_loop_inits(module) -> None:
             if ir.RankedTensorType(value.type).rank == 0:
                 continue
             if value in seen:
-                copy = _opaque_copy(value, loop, index)
+                copy = opaque_copy(value, loop, index)
                 copy.owner.attributes[DISTINCT_INIT_ATTR] = ir.UnitAttr.get()
                 loop.operands[index] = copy
             seen.add(value)
@@ -80,7 +80,7 @@ def results_after_loops(module) -> None:
         ret = ops[-1].operation
         for index, value in enumerate(ret.operands):
             if value in before_last_loop and ir.RankedTensorType(value.type).has_static_shape:
-                ret.operands[index] = _opaque_copy(value, ret)
+                ret.operands[index] = opaque_copy(value, ret)
 
 
 def constant_results_copied(module) -> None:
@@ -92,7 +92,7 @@ def constant_results_copied(module) -> None:
         ret = list(func.regions[0].blocks[0].operations)[-1].operation
         for index, value in enumerate(ret.operands):
             if not _reads_arguments(value) and isinstance(value.type, ir.RankedTensorType):
-                ret.operands[index] = _opaque_copy(value, ret)
+                ret.operands[index] = opaque_copy(value, ret)
 
 
 def _reads_arguments(value) -> bool:
@@ -153,7 +153,7 @@ def identity_element(element) -> tuple:
     return ir.FloatAttr.get(element, -0.0), "stablehlo.add"
 
 
-def _opaque_copy(value, before, serial=0):
+def opaque_copy(value, before, serial=0):
     """`value` combined elementwise with an identity element hidden behind an
     optimization barrier, inserted before `before`: equal contents, a new buffer.
     The barrier also holds `serial`, so copies of one value with distinct serials

@@ -35,6 +35,7 @@ numbers and reads its rows from the stacks its forward While wrote.
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_loops import opaque_copy
 from whilst.lowering._iree_rows_in_dispatch import (
     index_constant, insert_rows, rows_written_in_place, written_rows)
 
@@ -81,6 +82,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
             moving.append((number, loop))
     for number, loop in moving:
         _into_dispatch(loop, number)
+    _host_loop_inits_copied(module)
     return len(moving)
 
 
@@ -102,6 +104,34 @@ def loops_at_lines(text: str, lines) -> set:
             if any(op.location.start_line in lines for op in ops_where(region, lambda op: True)):
                 found.add(ir.IntegerAttr(region.attributes[LOOP_ATTR]).value)
     return found
+
+
+def _host_loop_inits_copied(module) -> None:
+    """Each `stablehlo.while` left on the host that starts a carry from a result of a
+    loop's dispatch region (or from its `_as` conversion) starts it from its own copy
+    instead (`_iree_loops.opaque_copy`): with aggressive fusion, IREE 3.13 made
+    modules that failed on every call ("ref is null ... hal.buffer.subspan": the
+    gradient of a loop under a budget of a few rows, whose forward and
+    recomputing loops move and whose gradient While stays on the host;
+    `iree_limits/dispatch_result_as_loop_init.py`)."""
+    for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
+        for index, value in enumerate(loop.operands):
+            if _region_result(value):
+                loop.operands[index] = opaque_copy(value, loop, index)
+
+
+def _region_result(value) -> bool:
+    """Whether `value` is a result of a loop's dispatch region, or its `_as` conversion."""
+    from iree.compiler import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return False
+    if owner.name in ("stablehlo.convert", "stablehlo.bitcast_convert"):
+        owner = owner.operands[0].owner
+        if isinstance(owner, ir.Block):
+            return False
+    return owner.name == "flow.dispatch.region" and LOOP_ATTR in owner.attributes
 
 
 def _enclosing_loops(op) -> list:
