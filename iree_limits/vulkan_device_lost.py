@@ -19,8 +19,14 @@ other corpus programs (`grad_nested`, `grad_of_grad_nested`, `checkpoint_grad_n5
 `collatz`) ran 79 rounds without a loss. Each call's result equals `jax.grad` of the
 unrolled loops.
 
+On the same machine idle (2026-11-30) a third of the calls lost the device (16 of 60,
+55 of 120), new devices' first calls included, sometimes several in a row.
+
 whilst's workaround (`whilst/runtime/_devices.py`): a lost device is replaced and the
-call runs once more on the new one, with a warning. This script counts those warnings:
+call runs again on the new one, with a warning, up to `LOST_DEVICE_RETRIES` times
+(`whilst/runtime/_loader.py`). The failed call's buffers go before the device is
+replaced: released after it (held by the exception's traceback), they crashed the
+process in the next garbage collection. This script counts those warnings:
 
     python iree_limits/vulkan_device_lost.py [CALLS]
 

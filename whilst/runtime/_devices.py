@@ -18,7 +18,8 @@ settings as flags of IREE's tools (`iree-run-module`, `iree-benchmark-module`).
 A device that IREE reports lost (`VK_ERROR_DEVICE_LOST`: IREE 3.13's Vulkan driver
 signals a timeline value that lavapipe's timeline has already passed,
 iree_limits/vulkan_device_lost.py) fails every later call; `replace_lost` gives the
-driver a fresh device, and each module moves to it on its next call (`_loader`).
+driver a fresh device, and each module moves to it on its next call (`_loader`,
+which runs the lost call again there).
 
 A device lives while something holds its `Held` (a loaded module, a `DeviceArray`),
 not for the whole process: on lavapipe each IREE 3.13 Vulkan device keeps two threads
@@ -60,8 +61,10 @@ def tool_flags(driver: str) -> list[str]:
 
 
 def is_lost(error: Exception) -> bool:
-    """Whether an IREE error says that its device was lost."""
-    return "DEVICE_LOST" in str(error)
+    """Whether an IREE error says that its device was lost: `VK_ERROR_DEVICE_LOST`,
+    or IREE's status for it, DATA_LOSS (a fence that a lost device never signals
+    reports that alone)."""
+    return "DEVICE_LOST" in str(error) or "DATA_LOSS" in str(error)
 
 
 def replace_lost(driver: str, lost) -> None:

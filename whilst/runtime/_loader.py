@@ -19,6 +19,10 @@ from whilst.runtime.targets import DRIVERS
 
 _log = logging.getLogger("whilst.runtime")
 
+# Calls run again after their device was lost (lavapipe loses one in a few calls of
+# some modules on a loaded machine: iree_limits/vulkan_device_lost.py).
+LOST_DEVICE_RETRIES = 10
+
 def _iree():
     import iree.runtime as rt
     return rt
@@ -228,21 +232,22 @@ class Module:
         """Call `name` with the input leaves `flat`; its outputs as numpy arrays of
         `dtypes` (`host`), or as `DeviceArray`s (None: the buffers' own dtypes).
 
-        A call whose device is lost is run once more on a fresh device (`_devices`),
-        unless an input lives on the lost device."""
+        A call whose device is lost is run again on a fresh device (`_devices`), up
+        to LOST_DEVICE_RETRIES times, unless an input lives on the lost device."""
         with self._lock:
             if self.device is not current(self.driver):  # replaced after a loss
                 self._attach()
-            try:
-                return self._run(name, flat, dtypes, host)
-            except RunError as e:
-                if not is_lost(e) or any(isinstance(leaf, DeviceArray) for leaf in flat):
-                    raise
-                _log.warning("%s: the %s device was lost (%s); running the call again on "
-                             "a new device", name, self.driver, e.__cause__)
-                replace_lost(self.driver, self.device)
-                self._attach()
-                return self._run(name, flat, dtypes, host)
+            for retries_left in range(LOST_DEVICE_RETRIES, -1, -1):
+                try:
+                    return self._run(name, flat, dtypes, host)
+                except RunError as e:
+                    if (not retries_left or not is_lost(e)
+                            or any(isinstance(leaf, DeviceArray) for leaf in flat)):
+                        raise
+                    _log.warning("%s: the %s device was lost (%s); running the call again "
+                                 "on a new device", name, self.driver, e.__cause__)
+                    replace_lost(self.driver, self.device)
+                    self._attach()
 
     def _run(self, name, flat, dtypes, host: bool) -> list:
         rt = _iree()
@@ -260,6 +265,10 @@ class Module:
                 return to_host(self.device, views, dtypes)
             return [DeviceArray(self._held, v, d) for v, d in zip(views, dtypes)]
         except (IndexError, RuntimeError, ValueError) as e:  # IREE status codes
+            # The call's buffers go now, while their device lives: the exception's
+            # traceback would keep them past a lost device's replacement, and
+            # releasing them after it crashes the process.
+            args = results = None  # noqa: F841
             raise RunError(
                 f"{name}: the IREE runtime failed while running this function on "
                 f"{self.driver!r}: {str(e).splitlines()[0] if str(e) else e!r}. The "
