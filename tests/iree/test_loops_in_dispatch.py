@@ -387,14 +387,7 @@ def test_a_host_loop_starting_from_a_dispatchs_results_runs():
     from their results, from copies (`iree_limits/dispatch_result_as_loop_init.py`:
     without them every call fails). The gradient is `jax.grad` of the loop
     unrolled in Python, at 0 to 10 steps, on both CPU drivers."""
-    def f(x):
-        return whilst.while_loop(lambda i, y: y < 10.0, lambda i, y: (i + 1, y * 1.5 + 0.1),
-                                 [0, x], gradient_memory=64)[1]
-
-    def unrolled(x):
-        while x < 10.0:
-            x = x * 1.5 + 0.1
-        return x
+    from iree_limits.dispatch_result_as_loop_init import f, unrolled
 
     module = whilst.compile(jax.grad(f), f32(1.0), cache=False)
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
