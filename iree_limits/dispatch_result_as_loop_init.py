@@ -1,5 +1,5 @@
 """A loop stepped from the host whose carries start from the results of a loop
-moved into a dispatch: with aggressive fusion, every call of the module fails
+moved into a dispatch: with either fusion setting, every call of the module fails
 ("ref is null; while invoking native function hal.buffer.subspan"), whatever the
 input. `jax.grad` of a loop under a `gradient_memory` of a few rows (32 to 256
 bytes) makes it: its forward While and its recomputing loop move into dispatches

@@ -109,11 +109,10 @@ def loops_at_lines(text: str, lines) -> set:
 def _host_loop_inits_copied(module) -> None:
     """Each `stablehlo.while` left on the host that starts a carry from a result of a
     loop's dispatch region (or from its `_as` conversion) starts it from its own copy
-    instead (`_iree_loops.opaque_copy`): with aggressive fusion, IREE 3.13 made
-    modules that failed on every call ("ref is null ... hal.buffer.subspan": the
-    gradient of a loop under a budget of a few rows, whose forward and
-    recomputing loops move and whose gradient While stays on the host;
-    `iree_limits/dispatch_result_as_loop_init.py`)."""
+    instead (`_iree_loops.opaque_copy`): IREE 3.13 made modules that failed on
+    every call ("ref is null ... hal.buffer.subspan": the gradient of a loop under
+    a budget of a few rows, whose forward and recomputing loops move and whose
+    gradient While stays on the host; `iree_limits/dispatch_result_as_loop_init.py`)."""
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         for index, value in enumerate(loop.operands):
             if _region_result(value):

@@ -19,9 +19,10 @@ from whilst.runtime.targets import DRIVERS
 
 _log = logging.getLogger("whilst.runtime")
 
-# Calls run again after their device was lost (lavapipe loses one in a few calls of
-# some modules on a loaded machine: iree_limits/vulkan_device_lost.py).
+# How many times a call runs again after its device was lost (lavapipe loses it in a
+# third of the calls of some modules, new devices' too: iree_limits/vulkan_device_lost.py).
 LOST_DEVICE_RETRIES = 10
+
 
 def _iree():
     import iree.runtime as rt
@@ -268,7 +269,7 @@ class Module:
             # The call's buffers go now, while their device lives: the exception's
             # traceback would keep them past a lost device's replacement, and
             # releasing them after it crashes the process.
-            args = results = None  # noqa: F841
+            args = results = views = None  # noqa: F841
             raise RunError(
                 f"{name}: the IREE runtime failed while running this function on "
                 f"{self.driver!r}: {str(e).splitlines()[0] if str(e) else e!r}. The "
