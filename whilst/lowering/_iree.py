@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import re
 
+from whilst.ir._buffers import UNINITIALIZED_ATTR
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
 from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
 from whilst.lowering._iree_dims import (
@@ -118,18 +119,16 @@ def _leave_uninitialized(module) -> None:
     """Ops tagged `whilst.uninitialized` (residual stacks, see whilst.ir._buffers)
     become `tensor.empty`: allocated, never filled. Those inside a loop body of the
     type of one in an enclosing block (a budget's chunk loops and its forward While
-    start stacks of one type) keep their zero fill: CSE would merge the two
-    `tensor.empty`s, and IREE 3.13 then runs the module with a null buffer, "ref is
-    null" (`iree_limits/budget_chunk_stacks.py`)."""
+    start stacks of one type) keep their zero fill, and their tag: CSE would merge
+    the two `tensor.empty`s, and IREE 3.13 then runs the module with a null buffer,
+    "ref is null" (`iree_limits/budget_chunk_stacks.py`). A loop that moves into a
+    dispatch starts such a stack from a `tensor.empty` of its own
+    (`_iree_loops_in_dispatch`)."""
     from iree.compiler import ir
 
-    tagged = [op for op in ops_where(module, lambda op: "whilst.uninitialized" in op.attributes)
+    tagged = [op for op in ops_where(module, lambda op: UNINITIALIZED_ATTR in op.attributes)
               if ir.RankedTensorType(op.results[0].type).has_static_shape]
-    for op in [op for op in tagged if _enclosing_same_type(op, tagged)]:
-        del op.attributes["whilst.uninitialized"]
-    for op in tagged:
-        if "whilst.uninitialized" not in op.attributes:
-            continue
+    for op in [op for op in tagged if not _enclosing_same_type(op, tagged)]:
         with ir.InsertionPoint(op), op.location:
             empty = ir.Operation.create("tensor.empty", results=[op.results[0].type])
         op.results[0].replace_all_uses_with(empty.results[0])

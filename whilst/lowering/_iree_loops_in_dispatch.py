@@ -34,6 +34,7 @@ numbers and reads its rows from the stacks its forward While wrote.
 """
 from __future__ import annotations
 
+from whilst.ir._buffers import UNINITIALIZED_ATTR
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_loops import opaque_copy
 from whilst.lowering._iree_rows_in_dispatch import (
@@ -267,7 +268,11 @@ def _vector_element(element) -> bool:
 def _into_dispatch(loop, number) -> None:
     """Replace `loop` by a `flow.dispatch.region` holding it as an `scf.while` over
     vectors, which returns the loop results that are used and records the loop's
-    `number` (LOOP_ATTR); the barrier that fences
+    `number` (LOOP_ATTR). A stack written in place that starts from a residual
+    stack's kept zero fill (`_unwritten`) starts from a `tensor.empty` in the region
+    instead: IREE folds the fill into a constant that llvm-cpu keeps in the kernel's
+    stack memory, past its 32 KiB for a budget's chunk of rows (the gradient of
+    `tests/ir/test_prng_keys.py`'s loop). The barrier that fences
     the loop's results (`_iree_loop_results`) and those in its body
     (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go."""
     from iree.compiler import ir
@@ -293,6 +298,11 @@ def _into_dispatch(loop, number) -> None:
     for i, out in zip(used, outs):
         loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
+    for k in in_place:
+        if _unwritten(loop.operands[k]):
+            with ir.InsertionPoint(loop), loop.location:
+                loop.operands[k] = ir.Operation.create(
+                    "tensor.empty", results=[loop.operands[k].type]).result
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
     _scalar_pads(loop)
@@ -304,6 +314,14 @@ def _into_dispatch(loop, number) -> None:
     with ir.InsertionPoint(block), location:
         ir.Operation.create("flow.return", operands=[
             _as(results[i], t) for i, t in zip(used, returned)])
+
+
+def _unwritten(value) -> bool:
+    """Whether `value` is a residual stack's zero fill that the IREE preparation kept
+    (`_iree._leave_uninitialized`): contents never read before they are written."""
+    from iree.compiler import ir
+
+    return not isinstance(value.owner, ir.Block) and UNINITIALIZED_ATTR in value.owner.attributes
 
 
 def _scalar_bitcasts(loop) -> None:
