@@ -222,6 +222,50 @@ def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
             np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
+    """A loop writing rows into a stack of 20000 rows (160 KB) started from a fill of
+    -1 made in the body of a loop the host steps (three trips, each summing the stack):
+    the fill is written in the inner loop's dispatch, which compiles at once (IREE
+    would keep the fill as a constant in the kernel's stack memory,
+    `iree_limits/fill_into_dispatch_loop.py`), and gives numpy's results."""
+    rows = 20000
+
+    def passes(x, n):
+        def one_pass(j, c):
+            total, x = c
+
+            def body(s):
+                i, x, stack = s
+                x = jnp.cos(x) * 0.9 + 0.1 * j.astype(f32)
+                return i + 1, x, jax.lax.dynamic_update_slice(stack, x[None], (i, 0))
+
+            _, x, stack = jax.lax.while_loop(lambda s: s[0] < n, body,
+                                             (0, x, jnp.full((rows, 2), -1.0, f32)))
+            return total + jnp.sum(stack * jnp.arange(rows, dtype=f32)[:, None]), x
+        return jax.lax.fori_loop(0, 3, one_pass, (f32(0), x))
+
+    def passes_numpy(x, n):
+        total, x = np.float64(0), np.array(x, f32)
+        for j in range(3):
+            stack = np.full((rows, 2), -1.0, f32)
+            for i in range(n):
+                x = np.cos(x) * f32(0.9) + f32(0.1) * f32(j)
+                stack[min(i, rows - 1)] = x
+            total += np.sum(stack.astype(np.float64) * np.arange(rows)[:, None])
+        return total, x
+
+    args = (np.array([0.3, -1.0], f32), i32(5))
+    module = whilst.compile(passes, *args, cache=False)
+    assert has_loops_in_dispatch(module.flags), module.stages[-1][0]
+    assert "left to the host" not in module.stages[-1][0], module.stages[-1][0]
+    run = module.load()
+    for n in [0, 1, 7, rows + 3]:
+        total, x = run.main(args[0], i32(n))
+        want_total, want_x = passes_numpy(args[0], n)
+        np.testing.assert_allclose(x, want_x, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(total, want_total, rtol=1e-4)
+
+
 def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
     """A loop of 2 floats writing a row per step into a stack of 1000 rows (8 KB,
     past MAX_CARRIED_BYTES as state) at `i + 2`, and 3 rows per step into another at

@@ -38,7 +38,7 @@ from whilst.ir._buffers import UNINITIALIZED_ATTR
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_loops import opaque_copy
 from whilst.lowering._iree_rows_in_dispatch import (
-    index_constant, insert_rows, rows_written_in_place, written_rows)
+    index_constant, insert_rows, inserted_slice, rows_written_in_place, written_rows)
 
 # llvm-cpu codegen of a dispatch in one workgroup: what lets a loop in a dispatch
 # region compile (module docstring). It holds for every dispatch of the module, so
@@ -268,11 +268,7 @@ def _vector_element(element) -> bool:
 def _into_dispatch(loop, number) -> None:
     """Replace `loop` by a `flow.dispatch.region` holding it as an `scf.while` over
     vectors, which returns the loop results that are used and records the loop's
-    `number` (LOOP_ATTR). A stack written in place that starts from a residual
-    stack's kept zero fill (`_unwritten`) starts from a `tensor.empty` in the region
-    instead: IREE folds the fill into a constant that llvm-cpu keeps in the kernel's
-    stack memory, past its 32 KiB for a budget's chunk of rows (the gradient of
-    `tests/ir/test_prng_keys.py`'s loop). The barrier that fences
+    `number` (LOOP_ATTR); the barrier that fences
     the loop's results (`_iree_loop_results`) and those in its body
     (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go."""
     from iree.compiler import ir
@@ -298,11 +294,6 @@ def _into_dispatch(loop, number) -> None:
     for i, out in zip(used, outs):
         loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
-    for k in in_place:
-        if _unwritten(loop.operands[k]):
-            with ir.InsertionPoint(loop), loop.location:
-                loop.operands[k] = ir.Operation.create(
-                    "tensor.empty", results=[loop.operands[k].type]).result
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
     _scalar_pads(loop)
@@ -504,15 +495,59 @@ def _over_vectors(loop, read=None) -> list:
 
 
 def _stack_init(value, storage):
-    """The first value of a stack carried as a tensor of type `storage`: `value`
-    converted, or a `tensor.empty` of its own where `value` is one (one-shot
-    bufferization then writes the stack in place in the dispatch's result, where it
-    would copy a captured one)."""
+    """The first value of a stack carried as a tensor of type `storage`, made in the
+    dispatch region: a `tensor.empty` of its own where `value` is one or a residual
+    stack's kept zero fill (`_unwritten`; one-shot bufferization then writes the
+    stack in place in the dispatch's result, where it would copy a captured one), a
+    fill of a scalar constant written row by row (`_filled_by_rows`), else `value`
+    converted. IREE folds a fill made in the body of a loop stepped from the host
+    into a constant that llvm-cpu keeps in the kernel's stack memory, past its 32 KiB
+    for a budget's chunk of rows (`iree_limits/fill_into_dispatch_loop.py`)."""
     from iree.compiler import ir
 
-    if getattr(value.owner, "name", None) == "tensor.empty":
+    if getattr(value.owner, "name", None) == "tensor.empty" or _unwritten(value):
         return ir.Operation.create("tensor.empty", results=[storage]).result
+    splat = _splat(value)
+    if splat is not None and ir.RankedTensorType(value.type).element_type == storage.element_type:
+        return _filled_by_rows(splat, storage)
     return _as(value, storage)
+
+
+def _splat(value):
+    """The element attribute of `value` where it is a broadcast of a scalar constant,
+    else None."""
+    from iree.compiler import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "stablehlo.broadcast_in_dim":
+        return None
+    const = owner.operands[0].owner
+    if isinstance(const, ir.Block) or const.name != "stablehlo.constant":
+        return None
+    return ir.DenseElementsAttr(const.attributes["value"]).get_splat_value()
+
+
+def _filled_by_rows(element, storage):
+    """A tensor of type `storage` filled with `element`, one row per iteration of an
+    `scf.for`, each a `tensor.insert_slice` of a constant row: bufferized in place,
+    as the loop's own writes of rows (a `linalg.fill` of the whole tensor becomes
+    one vector, which llvm-cpu refuses past 16 KiB)."""
+    from iree.compiler import ir
+
+    tensor = ir.RankedTensorType(storage)
+    row = ir.RankedTensorType.get([1, *tensor.shape[1:]], tensor.element_type)
+    empty = ir.Operation.create("tensor.empty", results=[storage]).result
+    const = ir.Operation.create("arith.constant", results=[row], attributes={
+        "value": ir.DenseElementsAttr.get_splat(row, element)}).result
+    lower, upper, step = index_constant(0), index_constant(tensor.shape[0]), index_constant(1)
+    loop = ir.Operation.create("scf.for", results=[storage],
+                               operands=[lower, upper, step, empty], regions=1)
+    block = loop.regions[0].blocks.append(ir.IndexType.get(), storage)
+    with ir.InsertionPoint(block):
+        written = inserted_slice(const, block.arguments[1], [
+            block.arguments[0], *[index_constant(0) for _ in tensor.shape[1:]]])
+        ir.Operation.create("scf.yield", operands=[written])
+    return loop.results[0]
 
 
 def _rows_inserted(in_place, old, args) -> None:

@@ -125,16 +125,23 @@ def insert_rows(op, into, rows) -> object:
         offsets = [index_constant(0) if start is None else
                    _clamped_index(start, dim - size)
                    for start, dim, size in zip(starts, target.shape, sizes)]
-        dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-        return ir.Operation.create(
-            "tensor.insert_slice", results=[into.type],
-            operands=[rows, into, *offsets],
-            attributes={
-                "static_offsets": ir.DenseI64ArrayAttr.get([dynamic] * target.rank),
-                "static_sizes": ir.DenseI64ArrayAttr.get(sizes),
-                "static_strides": ir.DenseI64ArrayAttr.get([1] * target.rank),
-                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, target.rank, 0, 0])},
-        ).result
+        return inserted_slice(rows, into, offsets)
+
+
+def inserted_slice(rows, into, offsets):
+    """`tensor.insert_slice` of the tensor `rows` into `into` at the index values
+    `offsets` (one per dimension); returns the result."""
+    from iree.compiler import ir
+
+    rank = ir.RankedTensorType(into.type).rank
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    return ir.Operation.create(
+        "tensor.insert_slice", results=[into.type], operands=[rows, into, *offsets],
+        attributes={
+            "static_offsets": ir.DenseI64ArrayAttr.get([dynamic] * rank),
+            "static_sizes": ir.DenseI64ArrayAttr.get(list(ir.RankedTensorType(rows.type).shape)),
+            "static_strides": ir.DenseI64ArrayAttr.get([1] * rank),
+            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, rank, 0, 0])}).result
 
 
 def index_constant(value):
