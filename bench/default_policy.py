@@ -1,7 +1,8 @@
 """The default gradient policy against the stored path, per step (issue 41).
 
-Loop: 64 floats, `y <- sin(a y) * 0.9 + 0.1` while `i < n`, `maximum_iterations=n`;
-`jax.grad` with respect to `y0` and `a`. Two policies, compiled per length:
+Loop: 64 floats (`--width`), `y <- sin(a y) * 0.9 + 0.1` while `i < n`,
+`maximum_iterations=n`; `jax.grad` with respect to `y0` and `a`. Two policies,
+compiled per length:
 
 - default: no argument (`gradient_memory` 1 MiB): every step stored while n rows
   fit, otherwise chunks of stored steps recomputed from checkpoints;
@@ -13,7 +14,7 @@ process, it prints the time per step of each and their ratio default / stored.
 Goal (issue 41): at most 1.5x (1.2x) at every length.
 
     .venv/bin/python bench/default_policy.py [--long] [--backend jax|iree|both]
-                                             [--json OUT.json]
+                                             [--width 64] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ import numpy as np
 
 import whilst
 from _timing import blocking, fmt_ratio, fmt_time, machine, measure, table, write_json
-
-D = 64
 
 
 def loss(y, a, *, n, **options):
@@ -59,12 +58,13 @@ def main():
     parser.add_argument("--long", action="store_true", help="also n = 10^6")
     parser.add_argument("--backend", choices=["jax", "iree", "both"], default="both")
     parser.add_argument("--budget-s", type=float, default=1.5)
+    parser.add_argument("--width", type=int, default=64, help="floats in the loop's state")
     parser.add_argument("--json")
     opts = parser.parse_args()
     lengths = [10**2, 10**3, 10**4, 10**5] + ([10**6] if opts.long else [])
     backends = ["jax", "iree"] if opts.backend == "both" else [opts.backend]
     rng = np.random.default_rng(0)
-    args = (rng.uniform(-1, 1, D).astype(np.float32), np.float32(1.1))
+    args = (rng.uniform(-1, 1, opts.width).astype(np.float32), np.float32(1.1))
     rows, results = [], []
     for backend in backends:
         for n in lengths:
@@ -80,8 +80,8 @@ def main():
             results.append(dict(backend=backend, n=n, ratio=ratio,
                                 **{f"{p}_s_per_step": t for p, t in per_step.items()}))
             print(*rows[-1], flush=True)
-    table("jax.grad of the 64-float sin loop: time per step, default policy over stored "
-          "path (same process)",
+    table(f"jax.grad of the {opts.width}-float sin loop: time per step, default policy over "
+          "stored path (same process)",
           ["backend", "n", "default/step", "stored/step", "default/stored"], rows)
     if opts.json:
         write_json(opts.json, dict(machine=machine(), results=results))

@@ -222,6 +222,45 @@ def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
             np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
+    """jax.grad of an unbounded loop over 3 floats (default policy): the chunk loop in
+    its forward While over chunks, unrolled with its rows stacked by selects
+    (`stacked_lines`), moves into a dispatch, where the selects become a
+    concatenation (`_concatenated`), and the
+    gradient (with respect to the start and to a factor every step uses; the steps
+    drift without converging) matches jax.grad of the same steps as a
+    `lax.fori_loop`, within the first chunk (43648 steps) and past it."""
+    from iree.compiler import ir
+    from whilst.lowering._ir_walk import ops_where
+    from whilst.lowering._iree_loops_in_dispatch import (
+        _stacked_lines, loops_in_dispatch, LOOP_ATTR)
+
+    step = lambda y, a: y + 1e-5 * jnp.cos(a * y)
+
+    def loss(y, a, t_end):
+        return jnp.sum(whilst.while_loop(lambda t, y: t < t_end,
+                                         lambda t, y: (t + 1.0, step(y, a)), [0.0, y])[1])
+
+    def loss_fori(y, a, steps):
+        return jnp.sum(jax.lax.fori_loop(0, steps, lambda _, y: step(y, a), y))
+
+    grad = jax.grad(loss, (0, 1))
+    args = (np.array([0.1, 0.5, 1.0], f32), f32(3.0), f32(10.0))
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(prepare([whilst.export(grad, *args)]))
+        assert any(map(_stacked_lines, ops_where(module, lambda op: op.name == "stablehlo.while")))
+        assert loops_in_dispatch(module) == 1
+        assert [op for region in ops_where(module, lambda op: LOOP_ATTR in op.attributes)
+                for op in ops_where(region, lambda op: op.name == "stablehlo.concatenate")]
+    compiled = whilst.compile(grad, *args, cache=False)
+    assert "left to the host" not in compiled.stages[-1][0], compiled.stages[-1][0]
+    run = compiled.load()
+    oracle = jax.jit(jax.grad(loss_fori, (0, 1)), static_argnums=2)
+    for steps in [0, 3, 1000, 100_000]:
+        for got, want in zip(run.main(*args[:2], f32(steps)), oracle(*args[:2], steps)):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
 def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
     """A loop writing rows into a stack of 20000 rows (160 KB) started from a fill of
     -1 made in the body of a loop the host steps (three trips, each summing the stack):

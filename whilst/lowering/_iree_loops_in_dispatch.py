@@ -231,9 +231,10 @@ def loop_work(loop) -> tuple[int, int]:
            if op.name not in ("stablehlo.constant", "stablehlo.return")]
     writes = {write for inner in ops_where(loop, lambda op: op.name == "stablehlo.while")
               for chain in rows_written_in_place(inner).values() for write in chain}
+    stacking = {op for head in _stacked_lines(loop) for op in _line_selects(head)[2]}
     work = sum(sum(_elements(ir.RankedTensorType(v.type))
                    for v in ([written_rows(op)] if op in writes else op.results))
-               for op in ops if op.name not in _MOVES)
+               for op in ops if op.name not in _MOVES and op not in stacking)
     return work, len(ops)
 
 
@@ -270,7 +271,9 @@ def _into_dispatch(loop, number) -> None:
     vectors, which returns the loop results that are used and records the loop's
     `number` (LOOP_ATTR); the barrier that fences
     the loop's results (`_iree_loop_results`) and those in its body
-    (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go."""
+    (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go, and
+    the selects that stack lines for fused dispatches become concatenations
+    (`_concatenated`)."""
     from iree.compiler import ir
 
     for user in {use.owner for result in loop.results for use in result.uses}:
@@ -294,6 +297,8 @@ def _into_dispatch(loop, number) -> None:
     for i, out in zip(used, outs):
         loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
+    for head in _stacked_lines(loop):
+        _concatenated(head)
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
     _scalar_pads(loop)
@@ -305,6 +310,72 @@ def _into_dispatch(loop, number) -> None:
     with ir.InsertionPoint(block), location:
         ir.Operation.create("flow.return", operands=[
             _as(results[i], t) for i, t in zip(used, returned)])
+
+
+def _stacked_lines(loop) -> list:
+    """The heads of the chains of selects in `loop` that stack lines
+    (`whilst.ir.iree_forms._stacked_lines`: `select(iota(axis) == k, broadcast(x_k),
+    ...)` for k = 0 .. n - 2, ending in `broadcast(x_{n-1})`)."""
+    selects = [op for op in ops_where(loop, lambda op: op.name == "stablehlo.select")
+               if _line_selects(op) is not None]
+    inner = {op.operands[2].owner for op in selects}
+    return [op for op in selects if op not in inner]
+
+
+def _line_selects(select):
+    """`(axis, lines, ops)` of the chain of selects stacking lines from `select` on
+    (`_stacked_lines`): the lines' broadcasts in order, and the selects and compares
+    a concatenation replaces; None where `select` does not start one."""
+    from iree.compiler import ir
+
+    shape, axis, lines, ops, op = None, None, [], [], select
+    while not isinstance(op, ir.Block) and op.name == "stablehlo.select":
+        test, line = op.operands[0].owner, op.operands[1].owner
+        if (isinstance(test, ir.Block) or test.name != "stablehlo.compare"
+                or str(test.attributes["comparison_direction"]) != _EQ):
+            return None
+        iota, k = (v.owner for v in test.operands)
+        if (isinstance(iota, ir.Block) or isinstance(k, ir.Block)
+                or iota.name != "stablehlo.iota" or k.name != "stablehlo.constant"
+                or isinstance(line, ir.Block) or line.name != "stablehlo.broadcast_in_dim"):
+            return None
+        dim = ir.IntegerAttr(iota.attributes["iota_dimension"]).value
+        value = ir.DenseElementsAttr(k.attributes["value"])
+        if (not value.is_splat or (axis is not None and dim != axis)
+                or ir.IntegerAttr(value.get_splat_value()).value != len(lines)):
+            return None
+        shape, axis = ir.RankedTensorType(op.results[0].type), dim
+        lines.append(line)
+        ops += [op, test]
+        op = op.operands[2].owner
+    if (not lines or isinstance(op, ir.Block) or op.name != "stablehlo.broadcast_in_dim"
+            or shape.shape[axis] != len(lines) + 1):
+        return None
+    return axis, [*lines, op], ops
+
+
+_EQ = "#stablehlo<comparison_direction EQ>"
+
+
+def _concatenated(head) -> None:
+    """Replace the chain of selects from `head` (`_stacked_lines`) by the
+    concatenation it computes: in a dispatch's scalar code each select of the chain
+    reads every line of the stack, n^2 elements for n lines."""
+    from iree.compiler import ir
+
+    axis, lines, _ = _line_selects(head)
+    shape = ir.RankedTensorType(head.results[0].type)
+    line_type = ir.RankedTensorType.get(
+        [1 if d == axis else n for d, n in enumerate(shape.shape)], shape.element_type)
+    with ir.InsertionPoint(head), head.location:
+        parts = [ir.Operation.create(
+            "stablehlo.broadcast_in_dim", results=[line_type], operands=[line.operands[0]],
+            attributes={"broadcast_dimensions": line.attributes["broadcast_dimensions"]}).result
+            for line in lines]
+        stacked = ir.Operation.create(
+            "stablehlo.concatenate", results=[shape], operands=parts,
+            attributes={"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), axis)})
+    head.results[0].replace_all_uses_with(stacked.result)
 
 
 def _unwritten(value) -> bool:
