@@ -231,7 +231,7 @@ def loop_work(loop) -> tuple[int, int]:
            if op.name not in ("stablehlo.constant", "stablehlo.return")]
     writes = {write for inner in ops_where(loop, lambda op: op.name == "stablehlo.while")
               for chain in rows_written_in_place(inner).values() for write in chain}
-    stacking = {op for head in _stacked_lines(loop) for op in _line_selects(head)[2]}
+    stacking = {op for *_, chain_ops in _stacked_lines(loop) for op in chain_ops}
     work = sum(sum(_elements(ir.RankedTensorType(v.type))
                    for v in ([written_rows(op)] if op in writes else op.results))
                for op in ops if op.name not in _MOVES and op not in stacking)
@@ -297,8 +297,8 @@ def _into_dispatch(loop, number) -> None:
     for i, out in zip(used, outs):
         loop.results[i].replace_all_uses_with(out)
     ir.InsertionPoint(block).insert(loop.detach_from_parent())
-    for head in _stacked_lines(loop):
-        _concatenated(head)
+    for head, axis, lines, _ in _stacked_lines(loop):
+        _concatenated(head, axis, lines)
     _constants_inside(loop, block)
     _scalar_bitcasts(loop)
     _scalar_pads(loop)
@@ -313,13 +313,14 @@ def _into_dispatch(loop, number) -> None:
 
 
 def _stacked_lines(loop) -> list:
-    """The heads of the chains of selects in `loop` that stack lines
+    """`(head, axis, lines, ops)` of each chain of selects in `loop` that stacks lines
     (`whilst.ir.iree_forms._stacked_lines`: `select(iota(axis) == k, broadcast(x_k),
-    ...)` for k = 0 .. n - 2, ending in `broadcast(x_{n-1})`)."""
-    selects = [op for op in ops_where(loop, lambda op: op.name == "stablehlo.select")
-               if _line_selects(op) is not None]
-    inner = {op.operands[2].owner for op in selects}
-    return [op for op in selects if op not in inner]
+    ...)` for k = 0 .. n - 2, ending in `broadcast(x_{n-1})`), as `_line_selects`
+    reads it from its first select `head` (no such select lies inside another chain,
+    whose next select tests k = 1)."""
+    chains = [(op, _line_selects(op))
+              for op in ops_where(loop, lambda op: op.name == "stablehlo.select")]
+    return [(head, *chain) for head, chain in chains if chain is not None]
 
 
 def _line_selects(select):
@@ -357,13 +358,13 @@ def _line_selects(select):
 _EQ = "#stablehlo<comparison_direction EQ>"
 
 
-def _concatenated(head) -> None:
-    """Replace the chain of selects from `head` (`_stacked_lines`) by the
-    concatenation it computes: in a dispatch's scalar code each select of the chain
-    reads every line of the stack, n^2 elements for n lines."""
+def _concatenated(head, axis, lines) -> None:
+    """Replace the chain of selects from `head` that stacks the broadcasts `lines`
+    along `axis` (`_stacked_lines`) by the concatenation it computes: in a
+    dispatch's scalar code each select of the chain reads every line of the stack,
+    n^2 elements for n lines."""
     from iree.compiler import ir
 
-    axis, lines, _ = _line_selects(head)
     shape = ir.RankedTensorType(head.results[0].type)
     line_type = ir.RankedTensorType.get(
         [1 if d == axis else n for d, n in enumerate(shape.shape)], shape.element_type)
