@@ -223,15 +223,17 @@ def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
 
 
 def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
-    """jax.grad of an unbounded loop over 3 floats (default policy): the chunk loop in
-    its forward While over chunks, unrolled with its rows stacked by selects
-    (`stacked_lines`), moves into a dispatch, where the selects become a
-    concatenation (`_concatenated`), and the
-    gradient (with respect to the start and to a factor every step uses; the steps
+    """jax.grad of an unbounded loop over 3 floats (default policy): every chunk loop
+    moves into a dispatch (the chunk loop in its forward While over chunks, unrolled
+    with its rows stacked by selects (`stacked_lines`), which become a concatenation
+    (`_concatenated`); the last chunk's stored gradient; the recomputed chunk and its
+    stored gradient in the gradient While over chunks), only the two Whiles over
+    chunks step from the host, and the gradient (with respect to the start and to a factor every step uses; the steps
     drift without converging) matches jax.grad of the same steps as a
     `lax.fori_loop`, within the first chunk (43648 steps) and past it."""
     from iree.compiler import ir
     from whilst.lowering._ir_walk import ops_where
+    from whilst.ir._loop_emitter import OVER_CHUNKS_ATTR
     from whilst.lowering._iree_loops_in_dispatch import (
         _stacked_lines, loops_in_dispatch, LOOP_ATTR)
 
@@ -249,7 +251,14 @@ def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(prepare([whilst.export(grad, *args)]))
         assert any(map(_stacked_lines, ops_where(module, lambda op: op.name == "stablehlo.while")))
-        assert loops_in_dispatch(module) == 1
+        assert loops_in_dispatch(module) == 4
+        assert [op.attributes["whilst.role"] for op in ops_where(
+            module, lambda op: op.name == "stablehlo.while" and not any(
+                LOOP_ATTR in parent.attributes for parent in _parents(op)))] == [
+            ir.StringAttr.get("forward"), ir.StringAttr.get("gradient")]
+        assert all(OVER_CHUNKS_ATTR in op.attributes for op in ops_where(
+            module, lambda op: op.name == "stablehlo.while" and not any(
+                LOOP_ATTR in parent.attributes for parent in _parents(op))))
         assert [op for region in ops_where(module, lambda op: LOOP_ATTR in op.attributes)
                 for op in ops_where(region, lambda op: op.name == "stablehlo.concatenate")]
     compiled = whilst.compile(grad, *args, cache=False)
@@ -259,6 +268,14 @@ def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
     for steps in [0, 3, 1000, 100_000]:
         for got, want in zip(run.main(*args[:2], f32(steps)), oracle(*args[:2], steps)):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+
+
+def _parents(op):
+    """The ops that hold `op`, innermost first."""
+    parent = op.parent
+    while parent is not None and parent.name != "builtin.module":
+        yield parent
+        parent = parent.parent
 
 
 def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
@@ -422,7 +439,14 @@ def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
     args = (np.linspace(-1, 1, 2048, dtype=f32), i32(3))
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(prepare([whilst.export(f, *args)]))
-        assert loops_in_dispatch(module) == 1
+        assert loops_in_dispatch(module) == 4
+        assert [op.attributes["whilst.role"] for op in ops_where(
+            module, lambda op: op.name == "stablehlo.while" and not any(
+                LOOP_ATTR in parent.attributes for parent in _parents(op)))] == [
+            ir.StringAttr.get("forward"), ir.StringAttr.get("gradient")]
+        assert all(OVER_CHUNKS_ATTR in op.attributes for op in ops_where(
+            module, lambda op: op.name == "stablehlo.while" and not any(
+                LOOP_ATTR in parent.attributes for parent in _parents(op))))
         (outer,) = ops_where(module, lambda op: op.name == "stablehlo.while")
         assert ops_where(outer, lambda op: op.name == "flow.dispatch.region")
     compiled = whilst.compile(f, *args, cache=False)

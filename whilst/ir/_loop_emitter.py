@@ -28,6 +28,8 @@ from whilst.ir.iree_forms._unread_carries import read_every_carry
 ROLE_ATTR = "whilst.role"
 NAME_ATTR = "whilst.name"
 UNROLL_ATTR = "whilst.unroll"
+# A While over a budget's chunks (`reverse/_policy.py`, `over_chunks`): a unit attribute.
+OVER_CHUNKS_ATTR = "whilst.over_chunks"
 # Predicated steps after the loop are fenced off in groups of at most this many
 # carries (steps times carries): IREE 3.13 fuses a longer chain into one dispatch
 # with a result per step and carry, past the 32 bindings its runtime accepts
@@ -46,12 +48,14 @@ class LoopEmitter:
     first_predicated = 1   # steps from this one on are predicated on their own test
 
     def __init__(self, ctx, name_stack, *, cond_jaxpr, body_jaxpr, cond_consts, consts, popped,
-                 bound, carry, k, counted, strides, picks_scalars, name, role, row_offset, pop_pad):
+                 bound, carry, k, counted, strides, picks_scalars, name, role, row_offset, pop_pad,
+                 over_chunks=False):
         self.ctx, self.name_stack = ctx, name_stack
         self.cond_jaxpr, self.body_jaxpr = cond_jaxpr, body_jaxpr
         self.cond_consts, self.consts, self.popped = cond_consts, consts, popped
         self.bound, self.carry, self.k, self.counted = bound, carry, k, counted
         self.name, self.role, self.row_offset, self.pop_pad = name, role, row_offset, pop_pad
+        self.over_chunks = over_chunks
         self.ncarry = len(carry)
         self.i32 = mlir.aval_to_ir_type(ctx.module_context, ShapedArray((), np.int32))
         self.carry_avals, self.stack_avals = split_list(ctx.avals_out[1:], [self.ncarry])
@@ -215,6 +219,8 @@ class LoopEmitter:
         while_op.attributes[NAME_ATTR] = ir.StringAttr.get(self.name)
         while_op.attributes[UNROLL_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
                                                               self.k)
+        if self.over_chunks:
+            while_op.attributes[OVER_CHUNKS_ATTR] = ir.UnitAttr.get()
         cond_block = while_op.regions[0].blocks.append(*loop_types)
         with ir.InsertionPoint(cond_block):
             i, *xs = cond_block.arguments

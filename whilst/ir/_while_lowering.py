@@ -1,7 +1,8 @@
 """MLIR lowering of `functional_while_p` to exactly one `stablehlo.while`.
 
 The op gets the discardable attributes `whilst.role` ("forward" | "gradient" |
-"linear"), `whilst.name` and `whilst.unroll`. Constants are captured from the
+"linear"), `whilst.name` and `whilst.unroll`, and `whilst.over_chunks` where it is a
+While over a budget's chunks. Constants are captured from the
 enclosing region rather than carried, so stacks read by a gradient While are never
 loop-carried buffers.
 
@@ -41,7 +42,7 @@ from whilst.ir._emit_ops import subcomp
 from whilst.ir._functional_while import split_operands
 from whilst.ir._loop_forms import loop_form
 from whilst.ir._stacks import pushed_rows, split_pops
-from whilst.ir.reverse._policy import Checkpointed
+from whilst.ir.reverse._policy import Checkpointed, over_chunks
 from whilst.ir._trip_count import counter_trips, integer_strides
 from whilst.ir._unroll import MAX_UNROLL, unroll_factor, unrolled_scans
 from whilst.ir.iree_forms._device_indexing import device_indexing
@@ -89,7 +90,7 @@ def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
                 cond_consts=cond_consts, consts=consts, popped=popped, bound=bound,
                 carry=carry, k=k, counted=counted, strides=strides,
                 picks_scalars=picks_scalars, name=name, role=role, row_offset=row_offset,
-                pop_pad=pop_pad).emit()
+                pop_pad=pop_pad, over_chunks=over_chunks(gradient)).emit()
 
 
 def _unrolled(ctx, cond_jaxpr, body_jaxpr, unroll, plain):

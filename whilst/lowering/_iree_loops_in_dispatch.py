@@ -35,6 +35,7 @@ numbers and reads its rows from the stacks its forward While wrote.
 from __future__ import annotations
 
 from whilst.ir._buffers import UNINITIALIZED_ATTR
+from whilst.ir._loop_emitter import OVER_CHUNKS_ATTR
 from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_loops import opaque_copy
 from whilst.lowering._iree_rows_in_dispatch import (
@@ -63,9 +64,12 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     """Inline the module's functions, then move each outermost `stablehlo.while` that
     `_fits` and is `_worth_it` into a dispatch region of its own (module docstring),
     in place; within a loop that stays on the host, its outermost loops that qualify
-    move so, except in gradient and linear Whiles. Gradient Whiles that write slots
-    (`_writes_slots`), or read what a loop left on the host computed
-    (`_reads_host_loops`), stay on the host. The loops whose numbers (in walk
+    move so, except in gradient and linear Whiles other than a budget's gradient
+    While over chunks (`_over_chunks`: its chunk's loops move, a recomputing one
+    within MAX_RECOMPUTED_KEPT_BYTES). Gradient Whiles that
+    write slots (`_writes_slots`) stay on the host. A moved loop reads the results
+    of loops left on the host through barriers of its own
+    (`_host_results_fenced_apart`). The loops whose numbers (in walk
     order) are in `on_host` stay on the host; each region records its loop's number
     (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
     unchanged but inlined)."""
@@ -77,10 +81,13 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     moving = []
     for number, loop, outer in sorted(loops, key=lambda each: len(each[2])):  # outermost first
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
-                and not any(map(_reverse, outer)) and not _writes_slots(loop)
-                and not (_reverse(loop) and _reads_host_loops(loop, [m for _, m in moving]))
-                and _fits(loop) and _worth_it(loop)):
+                and not any(_reverse(o) and not _over_chunks(o) for o in outer)
+                and not _writes_slots(loop) and _fits(loop) and _worth_it(loop)
+                and not (_reverse_inside(outer) and not _reverse(loop)
+                         and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
             moving.append((number, loop))
+    for _, loop in moving:
+        _host_results_fenced_apart(loop, [m for _, m in moving])
     for number, loop in moving:
         _into_dispatch(loop, number)
     _host_loop_inits_copied(module)
@@ -176,27 +183,36 @@ def _writes_slots(loop) -> bool:
         "stablehlo.scatter", "stablehlo.dynamic_update_slice")))
 
 
-def _reads_host_loops(loop, moving) -> bool:
-    """Whether values `loop` reads from outside it (its operands, the stacks its body
-    reads) come from a `stablehlo.while` not in `moving`. A gradient While in a
-    dispatch that reads the stacks of a forward While stepped from the host made
-    modules that fail as they load ("ref is null; while invoking native function
-    hal.buffer.subspan", in `__init`: `tests/ir/test_prng_keys.py`'s gradient)."""
+def _host_results_fenced_apart(loop, moving) -> None:
+    """Each value `loop` reads (its operands, the stacks its body reads) that the
+    one barrier fencing the results of a loop not in `moving` (`_iree_loop_results`)
+    passes,
+    `loop` reads through a barrier of its own instead, in place. Read from the
+    shared barrier by a loop in a dispatch, IREE 3.13 made modules that fail on
+    every call ("ref is null; while invoking native function hal.buffer.subspan",
+    the same failure as `iree_limits/loop_results_in_one_barrier.py`'s):
+    `tests/ir/test_prng_keys.py`'s gradient, whose last chunk's stored gradient
+    reads the stacks of the budget's forward While over chunks."""
+    from iree.compiler import ir
+
     inside = set(ops_where(loop, lambda op: True))
-    pending = [v for op in inside for v in op.operands
-               if getattr(v.owner, "name", None) is not None and v.owner not in inside]
-    seen = set()
-    while pending:
-        producer = pending.pop().owner
-        if getattr(producer, "name", None) is None or producer in seen:
-            continue
-        seen.add(producer)
-        if producer.name == "stablehlo.while":
-            if all(producer != m for m in moving):
-                return True
-            continue
-        pending.extend(producer.operands)
-    return False
+    apart = {}
+    for op in inside:
+        for index, value in enumerate(op.operands):
+            shared = value.owner
+            if (getattr(shared, "name", None) != "stablehlo.optimization_barrier"
+                    or shared in inside or len(shared.results) < 2):
+                continue
+            source = shared.operands[ir.OpResult(value).result_number]
+            if (getattr(source.owner, "name", None) != "stablehlo.while"
+                    or any(source.owner == m for m in moving)):
+                continue
+            if value not in apart:
+                with ir.InsertionPoint(loop), loop.location:
+                    apart[value] = ir.Operation.create(
+                        "stablehlo.optimization_barrier", results=[value.type],
+                        operands=[source]).result
+            op.operands[index] = apart[value]
 
 
 def _reverse(loop) -> bool:
@@ -205,6 +221,35 @@ def _reverse(loop) -> bool:
 
     return "whilst.role" in loop.attributes and ir.StringAttr(
         loop.attributes["whilst.role"]).value != "forward"
+
+
+# A forward loop in a budget's gradient While over chunks (the chunk's steps,
+# recomputed) moves only where the values `_shared_values` keeps apart in it take at
+# most this many bytes: past llvm-cpu's 32 KiB of kernel stack, a failed compile
+# costs `compile_module` a second compile of the whole module. Measured on
+# `tests/ir/test_prng_keys.py`'s key-carrying loop: its steps recomputed (a counted
+# loop, 11 steps an iteration) keep 6092 bytes and needed 97 KiB; the forward's chunk
+# loop over the same steps (7 an iteration) keeps 4017 and needed 4.4 KiB;
+# `bench/default_policy.py --width 3`'s recomputed sin steps keep 504.
+MAX_RECOMPUTED_KEPT_BYTES = 4096
+
+
+def _reverse_inside(outer) -> bool:
+    """Whether one of the loops `outer` is a gradient or linear While."""
+    return any(map(_reverse, outer))
+
+
+def _kept_bytes(loop) -> int:
+    """The bytes of the values `_shared_values` keeps apart in `loop`."""
+    from iree.compiler import ir
+
+    return sum(_elements(t) * _bytes(t.element_type) for t in (
+        ir.RankedTensorType(v.type) for v in _shared_values(loop)))
+
+
+def _over_chunks(loop) -> bool:
+    """Whether `loop` is a While over a budget's chunks (`whilst.over_chunks`)."""
+    return OVER_CHUNKS_ATTR in loop.attributes
 
 
 def _worth_it(loop) -> bool:
@@ -455,22 +500,31 @@ def _shared_values_materialized(loop) -> None:
     (REVERSE_SHARED_FUSION_LIMIT in gradient and linear Whiles)."""
     from iree.compiler import ir
 
+    for result in _shared_values(loop):
+        uses = [(use.owner, use.operand_number) for use in result.uses]
+        with ir.InsertionPoint.after(result.owner), result.owner.location:
+            shared = _kept_apart(result)
+        for owner, number in uses:
+            owner.operands[number] = shared
+
+
+def _shared_values(loop) -> list:
+    """The results of ops in `loop` that `_shared_values_materialized` keeps apart."""
+    from iree.compiler import ir
+
     limit = REVERSE_SHARED_FUSION_LIMIT if _reverse(loop) else SHARED_FUSION_LIMIT
-    fused = {}   # value -> how many ops codegen fuses into each of its users
+    fused, shared = {}, []   # value -> how many ops codegen fuses into each of its users
     for op in ops_where(loop, lambda op: op != loop):
         size = 1 + sum(fused.get(v, 0) for v in op.operands)
         for result in op.results:
             if (op.name in _NOT_FUSED or not isinstance(result.type, ir.RankedTensorType)
                     or _elements(ir.RankedTensorType(result.type)) == 0):
                 continue
-            uses = [(use.owner, use.operand_number) for use in result.uses]
-            if len(uses) < 2 or size <= limit:
+            if len(list(result.uses)) < 2 or size <= limit:
                 fused[result] = size
-                continue
-            with ir.InsertionPoint.after(op), op.location:
-                shared = _kept_apart(result)
-            for owner, number in uses:
-                owner.operands[number] = shared
+            else:
+                shared.append(result)
+    return shared
 
 
 # How many ops a value may stand for, fused into each of its several users, before

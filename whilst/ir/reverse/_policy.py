@@ -101,6 +101,13 @@ def stores_every_step(policy: Budget | Checkpointed | EveryStep, static_bound: i
     return row_bytes is None or static_bound * row_bytes <= policy.nbytes
 
 
+def over_chunks(policy: Budget | Checkpointed | EveryStep) -> bool:
+    """Whether `policy` is that of a While over a budget's chunks (`_budget.py`'s
+    forward and gradient Whiles, `Checkpointed` with `nbytes`), whose iterations
+    each run a chunk's loops."""
+    return isinstance(policy, Checkpointed) and policy.nbytes is not None
+
+
 def gradient_policy(checkpoints: int | None = None,
                     gradient_memory: int | None = None) -> Budget | Checkpointed:
     """The policy of `while_loop(..., checkpoints=, gradient_memory=)`: `checkpoints`
