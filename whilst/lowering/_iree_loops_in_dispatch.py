@@ -66,12 +66,11 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     in place; within a loop that stays on the host, its outermost loops that qualify
     move so, except in gradient and linear Whiles other than a budget's gradient
     While over chunks (`_over_chunks`: its chunk's loops move, a recomputing one
-    within MAX_RECOMPUTED_KEPT_BYTES). Gradient Whiles that
-    write slots (`_writes_slots`) stay on the host. A moved loop reads the results
-    of loops left on the host through barriers of its own
-    (`_host_results_fenced_apart`). The loops whose numbers (in walk
-    order) are in `on_host` stay on the host; each region records its loop's number
-    (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
+    within MAX_RECOMPUTED_KEPT_BYTES). Gradient Whiles that write slots
+    (`_writes_slots`) stay on the host. A moved loop reads the results of loops
+    left on the host through barriers of its own (`_host_results_fenced_apart`).
+    The loops whose numbers (in walk order) are in `on_host` stay on the host; each
+    region records its loop's number (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
     unchanged but inlined)."""
     from iree.compiler.passmanager import PassManager
 
@@ -83,7 +82,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
                 and not any(_reverse(o) and not _over_chunks(o) for o in outer)
                 and not _writes_slots(loop) and _fits(loop) and _worth_it(loop)
-                and not (_reverse_inside(outer) and not _reverse(loop)
+                and not (any(map(_reverse, outer)) and not _reverse(loop)
                          and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
             moving.append((number, loop))
     for _, loop in moving:
@@ -185,11 +184,10 @@ def _writes_slots(loop) -> bool:
 
 def _host_results_fenced_apart(loop, moving) -> None:
     """Each value `loop` reads (its operands, the stacks its body reads) that the
-    one barrier fencing the results of a loop not in `moving` (`_iree_loop_results`)
-    passes,
-    `loop` reads through a barrier of its own instead, in place. Read from the
-    shared barrier by a loop in a dispatch, IREE 3.13 made modules that fail on
-    every call ("ref is null; while invoking native function hal.buffer.subspan",
+    one barrier fencing the results of a loop not in `moving` passes
+    (`_iree_loop_results`), `loop` reads through a barrier of its own instead, in
+    place. Read from the shared barrier by a loop in a dispatch, IREE 3.13 made
+    modules that fail on every call ("ref is null; while invoking native function hal.buffer.subspan",
     the same failure as `iree_limits/loop_results_in_one_barrier.py`'s):
     `tests/ir/test_prng_keys.py`'s gradient, whose last chunk's stored gradient
     reads the stacks of the budget's forward While over chunks."""
@@ -232,11 +230,6 @@ def _reverse(loop) -> bool:
 # loop over the same steps (7 an iteration) keeps 4017 and needed 4.4 KiB;
 # `bench/default_policy.py --width 3`'s recomputed sin steps keep 504.
 MAX_RECOMPUTED_KEPT_BYTES = 4096
-
-
-def _reverse_inside(outer) -> bool:
-    """Whether one of the loops `outer` is a gradient or linear While."""
-    return any(map(_reverse, outer))
 
 
 def _kept_bytes(loop) -> int:
@@ -513,7 +506,8 @@ def _shared_values(loop) -> list:
     from iree.compiler import ir
 
     limit = REVERSE_SHARED_FUSION_LIMIT if _reverse(loop) else SHARED_FUSION_LIMIT
-    fused, shared = {}, []   # value -> how many ops codegen fuses into each of its users
+    fused = {}   # value -> how many ops codegen fuses into each of its users
+    shared = []
     for op in ops_where(loop, lambda op: op != loop):
         size = 1 + sum(fused.get(v, 0) for v in op.operands)
         for result in op.results:
