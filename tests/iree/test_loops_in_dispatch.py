@@ -253,13 +253,11 @@ def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
         module = ir.Module.parse(prepare([whilst.export(grad, *args)]))
         assert any(map(_stacked_lines, ops_where(module, lambda op: op.name == "stablehlo.while")))
         assert loops_in_dispatch(module) == 4
-        assert [op.attributes["whilst.role"] for op in ops_where(
-            module, lambda op: op.name == "stablehlo.while" and not any(
-                LOOP_ATTR in parent.attributes for parent in _parents(op)))] == [
+        on_host = ops_where(module, lambda op: op.name == "stablehlo.while" and not any(
+            LOOP_ATTR in parent.attributes for parent in _parents(op)))
+        assert [op.attributes["whilst.role"] for op in on_host] == [
             ir.StringAttr.get("forward"), ir.StringAttr.get("gradient")]
-        assert all(OVER_CHUNKS_ATTR in op.attributes for op in ops_where(
-            module, lambda op: op.name == "stablehlo.while" and not any(
-                LOOP_ATTR in parent.attributes for parent in _parents(op))))
+        assert all(OVER_CHUNKS_ATTR in op.attributes for op in on_host)
         assert [op for region in ops_where(module, lambda op: LOOP_ATTR in op.attributes)
                 for op in ops_where(region, lambda op: op.name == "stablehlo.concatenate")]
     compiled = whilst.compile(grad, *args, cache=False)

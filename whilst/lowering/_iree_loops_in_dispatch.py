@@ -70,8 +70,8 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     (`_writes_slots`) stay on the host. A moved loop reads the results of loops
     left on the host through barriers of its own (`_host_results_fenced_apart`).
     The loops whose numbers (in walk order) are in `on_host` stay on the host; each
-    region records its loop's number (`LOOP_ATTR`, `loops_at_lines`). Returns how many loops moved (0: the module is
-    unchanged but inlined)."""
+    region records its loop's number (`LOOP_ATTR`, `loops_at_lines`). Returns how
+    many loops moved (0: the module is unchanged but inlined)."""
     from iree.compiler.passmanager import PassManager
 
     PassManager.parse("builtin.module(inline, symbol-dce)").run(module.operation)
@@ -187,10 +187,11 @@ def _host_results_fenced_apart(loop, moving) -> None:
     one barrier fencing the results of a loop not in `moving` passes
     (`_iree_loop_results`), `loop` reads through a barrier of its own instead, in
     place. Read from the shared barrier by a loop in a dispatch, IREE 3.13 made
-    modules that fail on every call ("ref is null; while invoking native function hal.buffer.subspan",
-    the same failure as `iree_limits/loop_results_in_one_barrier.py`'s):
-    `tests/ir/test_prng_keys.py`'s gradient, whose last chunk's stored gradient
-    reads the stacks of the budget's forward While over chunks."""
+    modules that fail on every call ("ref is null; while invoking native function
+    hal.buffer.subspan", the same failure as
+    `iree_limits/loop_results_in_one_barrier.py`'s): `tests/ir/test_prng_keys.py`'s
+    gradient, whose last chunk's stored gradient reads the stacks of the budget's
+    forward While over chunks."""
     from iree.compiler import ir
 
     inside = set(ops_where(loop, lambda op: True))
