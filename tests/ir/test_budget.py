@@ -78,7 +78,7 @@ def test_unbounded_loop_differentiates_with_no_extra_argument(n):
 
 def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them():
     stored, checkpoints = policy()
-    rows = whilst.residual_report(functools.partial(loss, n=7, maximum_iterations=1), X, W,
+    rows = whilst.residual_report(functools.partial(loss, maximum_iterations=1), X, W, 7,
                                   argnums=(0, 1))
     row_bytes = rows.loops[0].bytes_per_iteration
     assert row_bytes == 32
@@ -117,8 +117,8 @@ def test_checkpoints_covering_the_bound_store_every_step(checkpoints):
     """K >= maximum_iterations keeps no schedule: a forward While pushing rows and a
     gradient While popping them (the stored path), no checkpoint slot or restore."""
     options = dict(checkpoints=checkpoints, maximum_iterations=40)
-    grad = jax.grad(functools.partial(loss, n=7, **options), (0, 1))
-    jaxpr = jax.make_jaxpr(grad)(X, W).jaxpr
+    grad = jax.grad(functools.partial(loss, **options), (0, 1))
+    jaxpr = jax.make_jaxpr(grad)(X, W, 7).jaxpr
     assert _loop_kinds(jaxpr) == [("forward", checkpoints, 1, 0), ("gradient", None, 0, 1)]
     assert not {"cond", "sort", "dynamic_update_slice", "while"} & set(_primitives(jaxpr))
     for n in [0, 1, 39, 40]:

@@ -142,8 +142,8 @@ def _sin_loss(x, n=5, **options):
     return jnp.sum(y)
 
 
-def _sin_oracle(x):
-    for _ in range(5):
+def _sin_oracle(x, n=5):
+    for _ in range(n):
         x = jnp.sin(x) * 1.1
     return jnp.sum(x)
 
@@ -182,14 +182,15 @@ def test_checkpoints_beyond_memory_name_the_largest_accepted():
 
 
 def test_checkpoints_covering_a_known_trip_count_store_every_step():
-    """`i` from 0 to 5: five steps known at trace time, which any K >= 5 covers."""
-    for k in (5, 10**9):
-        f = functools.partial(_sin_loss, checkpoints=k)
+    """`i` from 0 to 12: twelve steps known at trace time (more than reverse mode
+    inlines), which any K >= 12 covers."""
+    for k in (12, 10**9):
+        f = functools.partial(_sin_loss, n=12, checkpoints=k)
         forward, gradient = [e for e in jax.make_jaxpr(jax.grad(f))(jnp.ones(4)).eqns
                              if e.primitive.name == "functional_while"]
         assert (forward.params["accumulators"], gradient.params["pops"]) == (1, 1)
         x = jnp.linspace(0.1, 0.9, 4)
-        np.testing.assert_allclose(jax.grad(f)(x), jax.grad(_sin_oracle)(x), rtol=1e-6)
+        np.testing.assert_allclose(jax.grad(f)(x), jax.grad(_sin_oracle)(x, 12), rtol=1e-6)
 
 
 def test_huge_unroll_runs_64_steps_per_iteration_under_jit():

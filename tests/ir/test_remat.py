@@ -24,7 +24,7 @@ LOOP_KINDS = {
     "checkpoints": dict(checkpoints=2),
     "both": dict(maximum_iterations=12, checkpoints=3),
 }
-STEPS = 7
+STEPS = 9  # more steps than reverse mode inlines (`_inlined.MAX_INLINED_STEPS`)
 
 
 def cond(i, y):

@@ -536,8 +536,9 @@ GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 # iree_limits/rereading_scatter.mlir; checkpoint_jvp_and_grad_of_grad, which failed
 # with "failed to solve for timepoint coverage", compiles with it too since then). Of
 # these, five compile with it since the picks of their last steps are select chains
-# (`_onehot.pick`); checkpoint_nested, grad_of_grad_nested and, as jax 0.12 traces it,
-# budget_vmap_of_grad still fail.
+# (`_onehot.pick`), and grad_of_grad_nested since reverse mode inlines its outer
+# loop's three steps (`reverse/_inlined.py`); checkpoint_nested and, as jax 0.12
+# traces it, budget_vmap_of_grad still fail.
 WITHOUT_AGGRESSIVE_FUSION = {
     "budget_vmap_of_grad", "checkpoint_data_dependent_stop",
     "checkpoint_float_cond", "checkpoint_grad_n5",
@@ -558,11 +559,11 @@ OTHER_TEXT_ON_OLDEST_JAX = {
 
 
 # Programs whose loops IREE 3.13 does not compile inside dispatches: in the flag set
-# that runs them so, which has aggressive fusion, the first two fail as above, and
-# the third with "'stream.async.dispatch' op : streamable op expected to be in an
+# that runs them so, which has aggressive fusion, the first fails as above, and
+# the second with "'stream.async.dispatch' op : streamable op expected to be in an
 # execution region". Their modules are host-driven; every other module of the corpus
 # runs its small loops inside dispatches (`whilst.lowering._iree_loops_in_dispatch`).
-NOT_IN_DISPATCH = {"grad_of_grad_nested", "checkpoint_nested", "checkpoint_jvp_and_grad_of_grad"}
+NOT_IN_DISPATCH = {"checkpoint_nested", "checkpoint_jvp_and_grad_of_grad"}
 
 
 def module_of(group: str, name: str) -> tuple:

@@ -29,6 +29,7 @@ from whilst.frontend._checks import check_checkpoint_memory, check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 from whilst.ir._trip_count import static_trips
+from whilst.ir.reverse._inlined import inlined_policy
 from whilst.ir._vma import varying, vary
 
 
@@ -87,15 +88,21 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
 
 def _bounded_by_trips(traced, starts, bound, options):
     """`(bound, options)` with the loop's static trip count, where it has one, as
-    its bound and static bound (the least of it and the bound given)."""
+    its bound and static bound (the least of it and the bound given); a loop that
+    then runs a number of steps known here gets `inlined_policy`'s policy."""
     trips = static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
                          len(traced.body_consts), starts)
-    static_bound = options["static_bound"]
-    if trips is None or static_bound is not None and static_bound <= trips:
+    if trips is None:
         return bound, options
-    bound = (np.int32(min(int(bound), trips)) if isinstance(bound, (int, np.integer))
-             else lax.min(bound, np.int32(trips)))
-    return bound, dict(options, static_bound=trips)
+    static_bound = options["static_bound"]
+    if static_bound is None or static_bound > trips:
+        bound = (np.int32(min(int(bound), trips)) if isinstance(bound, (int, np.integer))
+                 else lax.min(bound, np.int32(trips)))
+        options = dict(options, static_bound=trips)
+    if isinstance(bound, (int, np.integer)):  # it runs exactly `bound` steps
+        options = dict(options, gradient=inlined_policy(
+            options["gradient"], int(bound), traced.cond_jaxpr, traced.body_jaxpr))
+    return bound, options
 
 
 def _trace(flat_cond, flat_body, init, check_carry, bound, name):

@@ -45,7 +45,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         does a trip count known at trace time: cond `i < c` (or `c > i`, or
         `i > c` counting down) for a loop variable `i` that body steps by 1,
         with `i`'s start and `c` Python or numpy scalars or concrete arrays
-        (`[0, x]` and `i < 2`: two steps).
+        (`[0, x]` and `i < 2`: two steps). A loop that runs at most 8 steps
+        known so, with a small body and no effects, is differentiated as its
+        steps inlined (straight-line code, as `jax.grad` of the loop unrolled
+        in Python) where its policy would store every step anyway.
       return_same_structure: False returns the final loop_vars bare for a single
         loop var and as a list for several; True in the structure of loop_vars.
       unroll: loop steps per emitted `stablehlo.while` iteration; None chooses

@@ -4,6 +4,8 @@ policy (`_policy.py`)::
     if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
     forward While with accumulators):
         the same, on its explicit form (_stacks.py)
+    elif policy is Inlined(steps) (a few steps, known at trace time):
+        inlined_linearize(...)               # _inlined.py: straight-line steps
     elif policy stores every step (`stores_every_step`: EveryStep(), Checkpointed(K) with
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
@@ -21,8 +23,9 @@ from whilst._jax_compat import is_constant_shape
 from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
+from whilst.ir.reverse._inlined import inlined_linearize
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
-from whilst.ir.reverse._policy import Checkpointed, stores_every_step
+from whilst.ir.reverse._policy import Checkpointed, Inlined, stores_every_step
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 
 
@@ -38,6 +41,8 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
             res, *explicit_layout(params, t, stack_zeros))
     params = {k: v for k, v in params.items() if k not in NO_STACKS}
     policy, static_bound = params["gradient"], params["static_bound"]
+    if isinstance(policy, Inlined):
+        return inlined_linearize(is_vjp, nzs, *primals, **params)
     if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
         del params["gradient"]
         carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]

@@ -18,6 +18,8 @@ A loop's policy is one frozen value, the `gradient` parameter of
 
     EveryStep()               # the loops reverse mode builds with a static bound
         store every step's residuals                             (_stored.py)
+    Inlined(steps)            # a few steps, their count known at trace time
+        the steps inlined, linearized as straight-line code      (_inlined.py)
 
 (`stores_every_step` says which loops store every step.) `EveryStep` is the policy of
 a chunk's loops and of stored gradient and linear Whiles: their bound is a number of
@@ -70,6 +72,13 @@ class EveryStep:
     """Store every step's residuals (see the module docstring)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Inlined:
+    """The loop runs exactly `steps` steps (its trip count, known at trace time):
+    reverse mode inlines them (`_inlined.py`)."""
+    steps: int
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChunkedLoop(Checkpointed):
     """The loop over chunks of `_budget.py`: reverse mode treats it as
@@ -80,19 +89,19 @@ class ChunkedLoop(Checkpointed):
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
 
 
-def stores_every_step(policy: Budget | Checkpointed | EveryStep, static_bound: int | None,
-                      row_bytes: int | None = None) -> bool:
+def stores_every_step(policy: Budget | Checkpointed | EveryStep | Inlined,
+                      static_bound: int | None, row_bytes: int | None = None) -> bool:
     """Whether reverse mode stores the residuals of every step of a loop of at most
     `static_bound` steps (None: unbounded) whose steps store `row_bytes` bytes each
     (None: symbolic sizes; not needed for `Checkpointed`)::
 
-        EveryStep():     always
-        Checkpointed(K): K >= static_bound          (not the budget's ChunkedLoop)
-        Budget(nbytes):  static_bound * row_bytes <= nbytes, or row_bytes symbolic
+        EveryStep(), Inlined(steps): always
+        Checkpointed(K):  K >= static_bound         (not the budget's ChunkedLoop)
+        Budget(nbytes):   static_bound * row_bytes <= nbytes, or row_bytes symbolic
     """
     if static_bound is None:
         return False
-    if isinstance(policy, EveryStep):
+    if isinstance(policy, (EveryStep, Inlined)):
         return True
     if isinstance(policy, ChunkedLoop):
         return False

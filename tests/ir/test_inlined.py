@@ -1,0 +1,119 @@
+"""Reverse mode of loops that run a few steps known at trace time: the steps are
+inlined (`whilst/ir/reverse/_inlined.py`), while the loop itself stays one While.
+Oracles: JAX's derivatives of the loop unrolled in Python (`helpers.unrolled`)."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import whilst
+from helpers import unrolled
+from whilst.ir import iter_loops
+from whilst.ir.reverse._inlined import MAX_INLINED_STEPS
+
+W = np.float32(1.3)
+X = np.linspace(0.1, 0.9, 3).astype(np.float32)
+
+
+def cond(steps):
+    return lambda i, y, w: i < steps
+
+
+def body(i, y, w):
+    return i + 1, jnp.sin(w * y) + 0.1 * jnp.float32(i) * y, w
+
+
+def loss(x, w, steps=3, **options):
+    return jnp.sum(whilst.while_loop(cond(steps), body, [0, x, w], **options)[1] ** 2)
+
+
+def oracle(x, w, steps=3):
+    return jnp.sum(unrolled(cond(steps), body, [0, x, w])[1] ** 2)
+
+
+def loop_roles(fn, *args):
+    return [e.params["role"] for e in iter_loops(jax.make_jaxpr(fn)(*args).jaxpr)]
+
+
+def assert_close(got, want):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
+def test_gradients_of_a_loop_of_known_steps_differentiate_straight_line_code():
+    """No While in the gradient, nor in any higher derivative; the forward pass and
+    forward mode keep their one While."""
+    grad = jax.grad(loss, (0, 1))
+    assert loop_roles(grad, X, W) == []
+    assert_close(grad(X, W), jax.grad(oracle, (0, 1))(X, W))
+    assert_close(jax.jit(grad)(X, W), jax.grad(oracle, (0, 1))(X, W))
+    assert loop_roles(loss, X, W) == ["forward"]
+    tangent = jax.jvp(loss, (X, W), (np.ones_like(X), np.float32(0.5)))
+    assert_close(tangent, jax.jvp(oracle, (X, W), (np.ones_like(X), np.float32(0.5))))
+    assert loop_roles(lambda x: jax.jvp(loss, (x, W), (x, W)), X) == ["forward"]
+    hessian = jax.hessian(loss)
+    assert loop_roles(hessian, X, W) == []
+    assert_close(hessian(X, W), jax.hessian(oracle)(X, W))
+
+
+def summed_grad(f, order):
+    """`x -> grad(sum(grad(... sum(f(x)))))`, `order` gradients."""
+    for _ in range(order):
+        f = jax.grad(lambda x, f=f: jnp.sum(f(x)))
+    return f
+
+
+@pytest.mark.parametrize("steps", [0, 1, MAX_INLINED_STEPS])
+def test_any_order_matches_the_unrolled_loop(steps):
+    f = summed_grad(lambda x: loss(x, W, steps=steps), 3)
+    assert_close(f(X), summed_grad(lambda x: oracle(x, W, steps=steps), 3)(X))
+    assert loop_roles(f, X) == []
+
+
+def test_transformations_of_the_inlined_gradient_match_the_unrolled_loop():
+    grad = jax.grad(loss)
+    want = jax.grad(oracle)
+    xs = np.stack([X, X * 2, -X])
+    assert_close(jax.vmap(grad, (0, None))(xs, W), jax.vmap(want, (0, None))(xs, W))
+    assert_close(jax.grad(lambda x: jnp.sum(jax.vmap(loss, (0, None))(x, W)))(xs),
+                 jax.grad(lambda x: jnp.sum(jax.vmap(oracle, (0, None))(x, W)))(xs))
+    assert_close(jax.grad(jax.checkpoint(loss))(X, W), want(X, W))
+    assert_close(jax.jacfwd(grad)(X, W), jax.jacfwd(want)(X, W))
+
+
+@pytest.mark.parametrize("options, steps", [
+    ({}, MAX_INLINED_STEPS + 1),                  # more steps than inlined
+    (dict(checkpoints=2), 3),                     # the user's policy recomputes
+    (dict(gradient_memory=0), 3),
+])
+def test_loops_that_keep_their_gradient_while(options, steps):
+    f = functools.partial(loss, steps=steps, **options)
+    roles = loop_roles(jax.grad(f), X, W)
+    assert "gradient" in roles
+    assert_close(jax.grad(f, (0, 1))(X, W), jax.grad(oracle, (0, 1))(X, W, steps))
+
+
+def test_a_loop_bounded_by_a_traced_value_keeps_its_gradient_while():
+    f = lambda x, w, m: loss(x, w, maximum_iterations=m)
+    assert "gradient" in loop_roles(jax.grad(f), X, W, 3)
+    assert_close(jax.jit(jax.grad(f))(X, W, 2), jax.grad(oracle)(X, W, 2))
+
+
+def test_a_body_with_effects_keeps_its_gradient_while():
+    calls = []
+
+    def noisy(i, y, w):
+        jax.debug.callback(lambda i: calls.append(int(i)), i)
+        return body(i, y, w)
+
+    f = lambda x: jnp.sum(whilst.while_loop(cond(3), noisy, [0, x, W])[1] ** 2)
+    assert "gradient" in loop_roles(jax.grad(f), X)
+    assert_close(jax.grad(f)(X), jax.grad(oracle)(X, W))
+
+
+def test_the_inlined_gradient_compiles_and_runs_on_iree():
+    grad = jax.grad(loss, (0, 1))
+    module = whilst.compile(grad, X, W).load("local-sync")
+    assert_close(module.main(X, W), jax.grad(oracle, (0, 1))(X, W))

@@ -1,0 +1,80 @@
+"""Reverse mode of a loop of a few steps whose count is known at trace time: its
+steps inlined, in sequence, and linearized by JAX as straight-line code.
+
+A loop that tests a counter against a limit, both known at trace time (`i < 2`
+from `[0, x]`: TensorFlow's testIteratedGradients), runs exactly that many steps
+(`_trip_count.static_trips`). Where they are at most MAX_INLINED_STEPS and its
+body is small, its policy is `Inlined(steps)` (`inlined_policy`) and::
+
+    jax.linearize(loop)  ==  jax.linearize(lambda *consts, carry: (steps, unrolled))
+        where unrolled = body(*consts, steps - 1, ... body(*consts, 0, *carry) ...)
+
+so reverse mode stores every step, as `jax.grad` of the Python-unrolled loop does,
+and a derivative of any order differentiates straight-line code: no forward or
+gradient While, which every order would double. The loop itself (evaluated,
+batched, forward mode, lowered) stays one functional While.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.interpreters import ad
+from jax.interpreters.ad import Zero
+
+from whilst._jax_compat import is_constant_shape, linearize_jaxpr, split_list
+from whilst.ir._functional_while import split_operands
+from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._unroll import nbytes
+from whilst.ir.reverse._policy import Budget, Checkpointed, EveryStep, Inlined
+
+MAX_INLINED_STEPS = 8
+MAX_INLINED_EQUATIONS = 256   # steps times the body's equations
+
+
+def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
+    """`Inlined(steps)` for a loop that runs exactly `steps` steps, where its body
+    inlined that many times stays small and `policy` (the user's) would store
+    every step anyway (`Budget(nbytes)`: `steps` copies of the carry fit in
+    nbytes); else `policy`. Loops whose cond or body has effects, or whose
+    carry's shape is symbolic, keep `policy`."""
+    carry_avals = body_jaxpr.out_avals
+    if (steps > MAX_INLINED_STEPS or steps * len(body_jaxpr.jaxpr.eqns) > MAX_INLINED_EQUATIONS
+            or body_jaxpr.effects or cond_jaxpr.effects
+            or not all(is_constant_shape(a.shape) for a in carry_avals)):
+        return policy
+    stores = (isinstance(policy, EveryStep)
+              or isinstance(policy, Checkpointed) and policy.checkpoints >= steps
+              or isinstance(policy, Budget)
+              and steps * sum(map(nbytes, carry_avals)) <= policy.nbytes)
+    return Inlined(steps) if stores else policy
+
+
+def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,
+                      gradient: Inlined, name, **_):
+    """The linearize rule of `functional_while_p` for an `Inlined` loop (see the
+    module docstring): `(outs, out_nzs, residuals, linearized)`."""
+    steps = gradient.steps
+    carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
+    avals = [jax.typeof(x) for x in primals]
+
+    def unrolled(*operands):
+        _, body_consts, _, carry = split_operands(operands, cond_nconsts, body_nconsts)
+        for i in range(steps):
+            carry = call(body_jaxpr, *body_consts, np.int32(i), *carry)
+        return carry
+
+    jaxpr = trace_closed(unrolled, avals, f"{name}_inlined")
+    primal_jaxpr, _, carry_nz, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
+        jaxpr, list(nzs), is_vjp=is_vjp)
+    carry_out, returned = split_list(call(primal_jaxpr, *primals), [len(carry_avals)])
+    sources, returned = [*jaxpr.consts, *primals], iter(returned)
+    residuals = [next(returned) if f is None else sources[f] for f in in_fwd_res]
+
+    def linearized(residuals, *tangents):
+        tangents = [ad.instantiate_zeros(t) for t, nz in zip(tangents, nzs) if nz]
+        out = iter(call(tangent_jaxpr, *residuals, *tangents))
+        return [Zero(COUNTER_AVAL.to_tangent_aval()),
+                *[next(out) if nz else Zero(a.to_tangent_aval())
+                  for nz, a in zip(carry_nz, carry_avals)]]
+
+    return [np.int32(steps), *carry_out], [False, *carry_nz], residuals, linearized
