@@ -134,22 +134,22 @@ def test_checkpoints_below_the_bound_keep_their_schedule():
 
 
 def test_fori_loop_with_checkpoints_covering_its_trip_count_stores_every_step():
-    def f(x, checkpoints):
+    def f(x, checkpoints):  # more steps than reverse mode inlines
         return jnp.sum(whilst.lax.fori_loop(
-            0, 5, lambda i, x: jnp.sin(x) * W + 0.1 * i, x, checkpoints=checkpoints) ** 2)
+            0, 12, lambda i, x: jnp.sin(x) * W + 0.1 * i, x, checkpoints=checkpoints) ** 2)
 
     def want(x):
-        for i in range(5):
+        for i in range(12):
             x = jnp.sin(x) * W + 0.1 * i
         return jnp.sum(x ** 2)
 
-    for checkpoints in [5, 2**30]:
+    for checkpoints in [12, 2**30]:
         jaxpr = jax.make_jaxpr(jax.grad(functools.partial(f, checkpoints=checkpoints)))(X).jaxpr
         assert [k[2:] for k in _loop_kinds(jaxpr)] == [(1, 0), (0, 1)]
         np.testing.assert_allclose(jax.grad(f)(X, checkpoints), jax.grad(want)(X),
                                    rtol=2e-6, atol=1e-7)
     assert [k[2:] for k in _loop_kinds(
-        jax.make_jaxpr(jax.grad(functools.partial(f, checkpoints=4)))(X).jaxpr)] == [
+        jax.make_jaxpr(jax.grad(functools.partial(f, checkpoints=11)))(X).jaxpr)] == [
         (0, 0), (0, 0)]
 
 

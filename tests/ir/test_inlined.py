@@ -58,6 +58,15 @@ def test_gradients_of_a_loop_of_known_steps_differentiate_straight_line_code():
     assert_close(hessian(X, W), jax.hessian(oracle)(X, W))
 
 
+def test_fori_loops_with_concrete_bounds_are_inlined():
+    def f(x, lax=whilst.lax):
+        return jnp.sum(lax.fori_loop(1, 4, lambda i, x: jnp.sin(x) * W + 0.1 * i, x) ** 2)
+
+    assert loop_roles(jax.grad(f), X) == []
+    assert loop_roles(f, X) == ["forward"]
+    assert_close(jax.grad(f)(X), jax.grad(functools.partial(f, lax=jax.lax))(X))
+
+
 def summed_grad(f, order):
     """`x -> grad(sum(grad(... sum(f(x)))))`, `order` gradients."""
     for _ in range(order):

@@ -83,7 +83,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None, checkpoints=None
         # A counted loop, i a weakly typed int from int(lower), as in JAX.
         lower, upper = int(lower), int(upper)
         maximum_iterations = max(upper - lower, 0)
-        i0, upper_ = lower, jax.numpy.asarray(upper)
+        i0, upper_ = lower, upper
     else:
         maximum_iterations = None
         i0, upper_ = (lax.convert_element_type(x, dtype) for x in (lower, upper))
