@@ -53,6 +53,17 @@ def lax_loop(**options):
     return loss
 
 
+def counted(w, x):
+    """Three steps known at trace time: reverse mode inlines them."""
+    return jnp.sum(whilst.lax.fori_loop(0, 3, lambda i, x: step(w, x), x) ** 2)
+
+
+def python_counted(w, x):
+    for _ in range(3):
+        x = step(w, x)
+    return jnp.sum(x ** 2)
+
+
 def nested(w, x):
     """An outer loop whose body runs an inner loop (trip counts differ per device)."""
     def body(x):
@@ -109,6 +120,7 @@ def main():
         "checkpoints_vmap": (lax_loop(checkpoints=2), python_loop, True),
         "unbounded_default": (lax_loop(), python_loop, False),
         "nested": (nested, python_nested, False),
+        "inlined_vmap": (counted, python_counted, True),
     }
     psums = 0
     expected = oracle_grad(python_loop)

@@ -27,8 +27,8 @@ def results():
 
 
 CASES = ["grad_stored", "grad_stored_vmap", "grad_budget_chunks_vmap",
-         "grad_checkpoints_vmap", "grad_unbounded_default", "grad_nested", "forward_vmap",
-         "jvp_vmap", "pmap_grad"]
+         "grad_checkpoints_vmap", "grad_unbounded_default", "grad_nested",
+         "grad_inlined_vmap", "forward_vmap", "jvp_vmap", "pmap_grad"]
 
 
 @pytest.mark.parametrize("case", CASES)
