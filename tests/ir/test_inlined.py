@@ -110,6 +110,23 @@ def test_a_loop_bounded_by_a_traced_value_keeps_its_gradient_while():
     assert_close(jax.jit(jax.grad(f))(X, W, 2), jax.grad(oracle)(X, W, 2))
 
 
+def test_a_large_body_keeps_its_gradient_while():
+    """A body of 100 equations inside a `jax.jit` (one equation at its level), 3 steps."""
+    @jax.jit
+    def heavy(y):
+        for _ in range(100):
+            y = jnp.sin(y) * 1.01
+        return y
+
+    def heavy_body(i, y, w):
+        return i + 1, heavy(y) * w, w
+
+    f = lambda x: jnp.sum(whilst.while_loop(cond(3), heavy_body, [0, x, W])[1])
+    want = lambda x: jnp.sum(unrolled(cond(3), heavy_body, [0, x, W])[1])
+    assert "gradient" in loop_roles(jax.grad(f), X)
+    assert_close(jax.grad(f)(X), jax.grad(want)(X))
+
+
 def test_a_body_with_effects_keeps_its_gradient_while():
     calls = []
 

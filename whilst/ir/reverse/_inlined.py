@@ -4,10 +4,13 @@ steps inlined, in sequence, and linearized by JAX as straight-line code.
 A loop that tests a counter against a limit, both known at trace time (`i < 2`
 from `[0, x]`: TensorFlow's testIteratedGradients), runs exactly that many steps
 (`_trip_count.static_trips`). Where they are at most MAX_INLINED_STEPS and its
-body is small, its policy is `Inlined(steps)` (`inlined_policy`) and::
+body is small, its policy is `Inlined(steps)` (`inlined_policy`) and its
+linearization is JAX's of the steps in sequence::
 
-    jax.linearize(loop)  ==  jax.linearize(lambda *consts, carry: (steps, unrolled))
-        where unrolled = body(*consts, steps - 1, ... body(*consts, 0, *carry) ...)
+    def unrolled(consts, carry):        # the loop's results, given it runs `steps`
+        for i in range(steps):
+            carry = body(*consts, i, *carry)
+        return steps, carry
 
 so reverse mode stores every step, as `jax.grad` of the Python-unrolled loop does,
 and a derivative of any order differentiates straight-line code: no forward or
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax.extend.core import jaxprs_in_params
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
@@ -28,7 +32,7 @@ from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._policy import Budget, Checkpointed, EveryStep, Inlined
 
 MAX_INLINED_STEPS = 8
-MAX_INLINED_EQUATIONS = 256   # steps times the body's equations
+MAX_INLINED_EQUATIONS = 256   # steps times the body's equations (`_equations`)
 
 
 def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
@@ -38,8 +42,9 @@ def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
     nbytes); else `policy`. Loops whose cond or body has effects, or whose
     carry's shape is symbolic, keep `policy`."""
     carry_avals = body_jaxpr.out_avals
-    if (steps > MAX_INLINED_STEPS or steps * len(body_jaxpr.jaxpr.eqns) > MAX_INLINED_EQUATIONS
-            or body_jaxpr.effects or cond_jaxpr.effects
+    small = (steps <= MAX_INLINED_STEPS
+             and steps * _equations(body_jaxpr.jaxpr) <= MAX_INLINED_EQUATIONS)
+    if (not small or body_jaxpr.effects or cond_jaxpr.effects
             or not all(is_constant_shape(a.shape) for a in carry_avals)):
         return policy
     stores = (isinstance(policy, EveryStep)
@@ -47,6 +52,11 @@ def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
               or isinstance(policy, Budget)
               and steps * sum(map(nbytes, carry_avals)) <= policy.nbytes)
     return Inlined(steps) if stores else policy
+
+
+def _equations(jaxpr) -> int:
+    """The equations of `jaxpr` and of the jaxprs in their parameters, however deep."""
+    return sum(1 + sum(map(_equations, jaxprs_in_params(e.params))) for e in jaxpr.eqns)
 
 
 def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,
