@@ -1,9 +1,9 @@
 """Derivatives of order 1..4 of a loop without a bound under the default policy (issue 41).
 
 Loops: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
-`maximum_iterations` (its trip count, known at trace time, bounds it: every step
-stored), and the same loop counted by a float, `t < 2.0` (no bound known: reverse
-mode runs the default budget's chunks). For each loop and order k it builds
+`maximum_iterations` (its trip count, known at trace time, bounds it, and reverse mode
+inlines its two steps: straight-line derivatives), and the same loop counted by a
+float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks). For each loop and order k it builds
 `jax.grad` k times and prints, in this process: the seconds to trace and lower under
 `jax.jit`, to compile with XLA, and to run eagerly (a first call: trace, compile and
 run); the `stablehlo.while` ops of the lowered program; XLA's temporary bytes
