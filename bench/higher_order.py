@@ -15,10 +15,15 @@ Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (no
 has `maximum_iterations`), the seconds of `jax.grad` under `jax.jit` (trace, lower
 and compile) and eagerly (a first call), and the `stablehlo.while` ops.
 
+With `--iree`, each derivative of the loops is also compiled by `whilst.compile` and
+called on IREE local-sync, beside the same derivative of the unrolled loop: compile
+seconds and call time of each, and their ratios (calls measured interleaved).
+
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
-    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float] [--json OUT.json]
+    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float] [--iree]
+                                           [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import whilst
-from _timing import fmt_bytes, fmt_ratio, jax_temp_bytes, machine, table, write_json
+from _timing import (fmt_bytes, fmt_ratio, fmt_time, jax_temp_bytes, machine, measure, table,
+                     write_json)
 
 
 def cos_twice(x):
@@ -85,10 +91,41 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
+def on_iree(loops, orders, x):
+    """Rows `[loop, order, compile s, unrolled compile s, call, unrolled call, ratios]`
+    of each derivative compiled by whilst.compile and run on IREE local-sync."""
+    rows, results, calls, compile_s = [], [], {}, {}
+    for loop, order in [(loop, order) for loop in loops for order in orders]:
+        for key, fn in [((loop, order), LOOPS[loop]), ((loop, order, "unrolled"),
+                                                       cos_twice_unrolled)]:
+            f = derivative(fn, order)
+            module, compile_s[key] = timed(
+                lambda: whilst.compile(f, x, cache=False).load("local-sync"))
+            np.testing.assert_allclose(np.asarray(module.main(x)), np.asarray(f(x)), rtol=1e-5)
+            calls[key] = lambda module=module: module.main(x)
+    timings = measure(calls, budget_s=0.5)
+    for loop, order in [(loop, order) for loop in loops for order in orders]:
+        key, base = (loop, order), (loop, order, "unrolled")
+        call, base_call = timings[key].median, timings[base].median
+        rows.append([loop, order, f"{compile_s[key]:.2f}", f"{compile_s[base]:.2f}",
+                     fmt_time(call), fmt_time(base_call),
+                     fmt_ratio(compile_s[key] / compile_s[base]), fmt_ratio(call / base_call)])
+        results.append(dict(loop=loop, order=order, compile_s=compile_s[key],
+                            unrolled_compile_s=compile_s[base], call_s=call,
+                            unrolled_call_s=base_call))
+    table("whilst.compile of jax.grad^k on IREE local-sync: the loop and the loop unrolled "
+          "in Python (same process)",
+          ["counter", "order", "compile s", "unrolled compile s", "call", "unrolled call",
+           "compile ratio", "call ratio"], rows)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+    parser.add_argument("--iree", action="store_true",
+                        help="also compile and run each derivative on IREE local-sync")
     parser.add_argument("--json")
     opts = parser.parse_args()
     x = np.float32(1.0)
@@ -127,8 +164,10 @@ def main():
         print(*nested_rows[-1], flush=True)
     table("jax.grad of TensorFlow's nested unbounded loops: first call, seconds",
           ["program", "jit (trace+lower+compile)", "eager", "whiles"], nested_rows)
+    iree = on_iree(opts.loops, opts.orders, x) if opts.iree else []
     if opts.json:
-        write_json(opts.json, dict(machine=machine(), results=results, nested=nested))
+        write_json(opts.json, dict(machine=machine(), results=results, nested=nested,
+                                   iree=iree))
 
 
 if __name__ == "__main__":
