@@ -79,7 +79,8 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     residual stacks: shapes, bytes per iteration and bytes in all (small
     residuals of one dtype share a stack, see `whilst.ir.reverse._packing`). Loop
     invariants (values computed from closed-over arrays only) are hoisted and do
-    not appear here.
+    not appear here, nor do loops whose steps reverse mode inlines (a few steps known
+    at trace time, `reverse/_inlined.py`): their residuals are straight-line values.
     """
     closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
     loops, chunked, chunk_loops = [], [], set()
