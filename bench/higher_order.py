@@ -3,13 +3,14 @@
 Loops: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
 `maximum_iterations` (its trip count, known at trace time, bounds it, and reverse mode
 inlines its two steps: straight-line derivatives), and the same loop counted by a
-float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks). For each loop and order k it builds
-`jax.grad` k times and prints, in this process: the seconds to trace and lower under
-`jax.jit`, to compile with XLA, and to run eagerly (a first call: trace, compile and
-run); the `stablehlo.while` ops of the lowered program; XLA's temporary bytes
-(`memory_analysis`); and the same program's trace-and-compile time with the loop
-unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled. Each
-derivative is checked against the unrolled one's.
+float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks).
+For each loop and order k it builds `jax.grad` k times and prints, in this process:
+the seconds to trace and lower under `jax.jit`, to compile with XLA, and to run
+eagerly (a first call: trace, compile and run); the `stablehlo.while` ops of the
+lowered program; XLA's temporary bytes (`memory_analysis`); and the same program's
+trace-and-compile time with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`),
+with the ratio whilst / unrolled. Each derivative is checked against the unrolled
+one's.
 
 Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (no loop
 has `maximum_iterations`), the seconds of `jax.grad` under `jax.jit` (trace, lower
