@@ -29,7 +29,7 @@ from whilst._jax_compat import is_constant_shape, linearize_jaxpr, split_list
 from whilst.ir._functional_while import split_operands
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 from whilst.ir._unroll import nbytes
-from whilst.ir.reverse._policy import Budget, Checkpointed, EveryStep, Inlined
+from whilst.ir.reverse._policy import Inlined, stores_every_step
 
 MAX_INLINED_STEPS = 8
 MAX_INLINED_EQUATIONS = 256   # steps times the body's equations (`_equations`)
@@ -38,8 +38,8 @@ MAX_INLINED_EQUATIONS = 256   # steps times the body's equations (`_equations`)
 def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
     """`Inlined(steps)` for a loop that runs exactly `steps` steps, where its body
     inlined that many times stays small and `policy` (the user's) would store
-    every step anyway (`Budget(nbytes)`: `steps` copies of the carry fit in
-    nbytes); else `policy`. Loops whose cond or body has effects, or whose
+    every step anyway (`stores_every_step`, a copy of the carry standing for a
+    step's rows); else `policy`. Loops whose cond or body has effects, or whose
     carry's shape is symbolic, keep `policy`."""
     carry_avals = body_jaxpr.out_avals
     small = (steps <= MAX_INLINED_STEPS
@@ -47,10 +47,7 @@ def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
     if (not small or body_jaxpr.effects or cond_jaxpr.effects
             or not all(is_constant_shape(a.shape) for a in carry_avals)):
         return policy
-    stores = (isinstance(policy, EveryStep)
-              or isinstance(policy, Checkpointed) and policy.checkpoints >= steps
-              or isinstance(policy, Budget)
-              and steps * sum(map(nbytes, carry_avals)) <= policy.nbytes)
+    stores = stores_every_step(policy, steps, sum(map(nbytes, carry_avals)))
     return Inlined(steps) if stores else policy
 
 
