@@ -11,6 +11,7 @@ import pytest
 import whilst
 from helpers import unrolled
 from whilst.ir import MAX_SCHEDULED_CHECKPOINTS
+from whilst.ir._inspect import iter_loops
 
 P = collections.namedtuple("P", "a, b")
 
@@ -152,8 +153,7 @@ def test_the_largest_budget_traces_without_overflow():
     # Traced only: eagerly, an unbounded loop's chunk stacks would take the 16 GiB.
     grad = jax.grad(functools.partial(_sin_loss, gradient_memory=2**34))
     jaxpr = jax.make_jaxpr(grad)(jnp.ones(3), 5).jaxpr
-    chunk_stacks = [p.chunk_stacks for p in (e.params["gradient"] for e in jaxpr.eqns
-                                             if e.primitive.name == "functional_while")
+    chunk_stacks = [p.chunk_stacks for p in (e.params["gradient"] for e in iter_loops(jaxpr))
                     if hasattr(p, "chunk_stacks")]
     assert chunk_stacks and all(0 < np.prod(shape) * np.dtype(dtype).itemsize <= 2**34
                                 for stacks in chunk_stacks for shape, dtype in stacks)

@@ -77,13 +77,15 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     a budget of their own, so the second derivative runs no loop in chunks."""
     first = jax.make_jaxpr(jax.grad(cos_twice_unbounded))(1.0).jaxpr
     bounded = [e for e in iter_loops(first) if e.params["static_bound"] is not None]
-    assert len(bounded) == 7    # a chunk's steps and their gradient, of both forms
+    # a chunk's steps (of both forms, and the last chunk's again) and their gradient
+    assert len(bounded) == 8
     assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
     second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice_unbounded)))(1.0).jaxpr
     policies = [e.params["gradient"] for e in iter_loops(second)]
-    assert not [p for p in policies if hasattr(p, "chunk_steps")]
-    # 61 loops when each started a budget of its own, 33 now (both forms of choices)
-    assert len(policies) == 33 and sum(isinstance(p, Checkpointed) for p in policies) == 5
+    # the one While over chunks is the first derivative's, run as it is
+    assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [262016]
+    # 61 loops when each started a budget of its own, 35 now (both forms of choices)
+    assert len(policies) == 35 and sum(isinstance(p, Checkpointed) for p in policies) == 6
 
 
 def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():

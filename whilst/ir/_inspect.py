@@ -9,6 +9,7 @@ import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
 
 from whilst.ir._functional_while import functional_while_p
+from whilst.ir._xla_cpu_choice import xla_cpu_forms
 from whilst.ir.reverse._policy import ChunkedLoop
 
 
@@ -81,8 +82,10 @@ def residual_report(fn, *args, argnums=0) -> ResidualReport:
     invariants (values computed from closed-over arrays only) are hoisted and do
     not appear here, nor do loops whose steps reverse mode inlines (a few steps known
     at trace time, `reverse/_inlined.py`): their residuals are straight-line values.
+    The loops are those of XLA:CPU's forms (`xla_cpu_forms`), which store the rows
+    exports do.
     """
-    closed = jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args)
+    closed = xla_cpu_forms(jax.make_jaxpr(jax.grad(fn, argnums=argnums))(*args))
     loops, chunked, chunk_loops = [], [], set()
     for eqn in iter_loops(closed.jaxpr):
         policy, n_acc = eqn.params["gradient"], eqn.params["accumulators"]

@@ -124,3 +124,15 @@ def portable_forms(jaxpr):
     """`jaxpr` with every `xla_cpu_choice` replaced by its portable form, also inside
     cond, scan and while; the same object when it has none."""
     return rewrite_equations(jaxpr, into_control_flow(_inline_portable), "portable_forms")
+
+
+def _inline_xla_cpu(eqn):
+    if eqn.primitive is xla_cpu_choice_p:
+        return lambda *args, xla_cpu, portable: call(xla_cpu_forms(xla_cpu), *args)
+    return None
+
+
+def xla_cpu_forms(jaxpr):
+    """`jaxpr` with every `xla_cpu_choice` replaced by its XLA:CPU form, as
+    `portable_forms`."""
+    return rewrite_equations(jaxpr, into_control_flow(_inline_xla_cpu), "xla_cpu_forms")

@@ -65,8 +65,9 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     `_fits` and is `_worth_it` into a dispatch region of its own (module docstring),
     in place; within a loop that stays on the host, its outermost loops that qualify
     move so, except in gradient and linear Whiles other than a budget's gradient
-    While over chunks (`_over_chunks`: its chunk's loops move, a recomputing one
-    within MAX_RECOMPUTED_KEPT_BYTES). Gradient Whiles that write slots
+    While over chunks (`_over_chunks`: its chunk's loops move). A forward loop
+    counted by its trip count that writes rows (`_recomputes`: a budget chunk's
+    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. Gradient Whiles that write slots
     (`_writes_slots`) stay on the host. A moved loop reads the results of loops
     left on the host through barriers of its own (`_host_results_fenced_apart`).
     The loops whose numbers (in walk order) are in `on_host` stay on the host; each
@@ -82,8 +83,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
                 and not any(_reverse(o) and not _over_chunks(o) for o in outer)
                 and not _writes_slots(loop) and _fits(loop) and _worth_it(loop)
-                and not (any(map(_reverse, outer)) and not _reverse(loop)
-                         and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
+                and not (_recomputes(loop) and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
             moving.append((number, loop))
     for _, loop in moving:
         _host_results_fenced_apart(loop, [m for _, m in moving])
@@ -222,15 +222,30 @@ def _reverse(loop) -> bool:
         loop.attributes["whilst.role"]).value != "forward"
 
 
-# A forward loop in a budget's gradient While over chunks (the chunk's steps,
-# recomputed) moves only where the values `_shared_values` keeps apart in it take at
-# most this many bytes: past llvm-cpu's 32 KiB of kernel stack, a failed compile
-# costs `compile_module` a second compile of the whole module. Measured on
-# `tests/ir/test_prng_keys.py`'s key-carrying loop: its steps recomputed (a counted
-# loop, 11 steps an iteration) keep 6092 bytes and needed 97 KiB; the forward's chunk
-# loop over the same steps (7 an iteration) keeps 4017 and needed 4.4 KiB;
-# `bench/default_policy.py --width 3`'s recomputed sin steps keep 504.
+# A loop that `_recomputes` (a budget chunk's steps run again) moves only where the
+# values `_shared_values` keeps apart in it take at most this many bytes: past
+# llvm-cpu's 32 KiB of kernel stack, a failed compile costs `compile_module` a
+# second compile of the whole module. Measured on `tests/ir/test_prng_keys.py`'s
+# key-carrying loop: its steps recomputed (a counted loop, 11 steps an iteration)
+# keep 6092 bytes and needed 97 KiB; the forward's chunk loop over the same steps (7
+# an iteration, not counted) keeps 4017 and needed 4.4 KiB; `bench/default_policy.py
+# --width 3`'s recomputed sin steps keep 504.
 MAX_RECOMPUTED_KEPT_BYTES = 4096
+
+
+def _recomputes(loop) -> bool:
+    """Whether `loop` is a forward loop counted by its trip count (its test is
+    `i < bound` alone) that writes rows (`rows_written_in_place`): a budget chunk's
+    steps run again, or a user's loop such as `i < n` pushing its rows."""
+    from iree.compiler import ir
+
+    cond = loop.regions[0].blocks[0]
+    tests = [op for op in cond.operations if op.name != "stablehlo.return"]
+    return (not _reverse(loop) and len(tests) == 1 and tests[0].name == "stablehlo.compare"
+            and tests[0].operands[0] == cond.arguments[0]
+            and ir.Attribute(tests[0].attributes["comparison_direction"])
+            == ir.Attribute.parse("#stablehlo<comparison_direction LT>")
+            and any(rows_written_in_place(loop).values()))
 
 
 def _kept_bytes(loop) -> int:

@@ -10,12 +10,16 @@ that fit. Linearizing it emits one forward While over the chunks::
         save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
         # at most S steps, each step's rows (`_stored.py`'s) into the stacks
+        start = carry
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
                                         stacks, bound=min(S, bound - n))
         n += m; c += 1
 
-and, on the tangent side, `budget_linear_while_p`, whose transpose is the
-gradient. The last chunk's rows are still in `stacks`, so its stored gradient
+Exported, the forward While carries no stacks: its chunk loop keeps no rows,
+and the last chunk's steps run again after it, from `start`, pushing theirs
+(each iteration passing a whole stack along cost IREE a pass over the budget).
+On the tangent side, `budget_linear_while_p`, whose transpose is the
+gradient. The last chunk's rows are in `stacks`, so its stored gradient
 runs first, as for a loop that fits. Then one gradient While runs the
 checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
 one chunk from the restored carry or reverses one. Both run the chunk's steps
@@ -39,12 +43,12 @@ that ended in its first chunk skips it. An advance writes rows it does not need
 every chunk's start and no chunk is advanced. A chunk's loops push their rows
 themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
 it does the stored path's loops, writing the rows of k steps at once, with no
-host branch per step. The forward While carries the stacks of its last chunk;
-under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
-their chunk loops write them in place instead, so that XLA keeps one copy.
-Eagerly (no jax.jit), where each op is a program of its own, the forward's stacks
-are made in the forward While's program and the gradient While pushes: a While
-given stacks made by another program copies them whole.
+host branch per step. Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles
+carry the stacks and their chunk loops write them in place instead, so that XLA
+keeps one copy and runs no step twice; so does the forward While of a body with
+effects (a `jax.debug.callback` runs once per step forwards). Eagerly (no jax.jit), where each op is a program of its own, the
+forward's stacks are made in the forward While's program and the gradient While
+pushes: a While given stacks made by another program copies them whole.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -62,8 +66,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import Primitive
+from jax.extend.core import ClosedJaxpr, Primitive
 from jax.interpreters import ad
+from jax.interpreters import partial_eval as pe
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_concrete, is_constant_shape, split_list
@@ -123,6 +128,7 @@ class _Chunks:
     body_jaxpr: object    # the loop's body, `(*consts, i, *xs)`
     cond: object          # the loop's cond and body with rows, shifted by a chunk's start
     primal: object
+    advance: object       # `primal` without its rows
     lin_body: object      # `StepResiduals.lin_body`
     n_invariants: int
     grad_unroll: int      # the chunk gradient's and the chunk loops' unroll factors,
@@ -135,7 +141,11 @@ class _Chunks:
         cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
         primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
                           f"{name}_chunk_primal")
+        ncarry = len(body_jaxpr.out_avals)
+        advance, _ = pe.dce_jaxpr(primal.jaxpr, [True] * ncarry + [False] * (
+            len(primal.out_avals) - ncarry), instantiate=True)
         return cls(S, name, gradient, body_jaxpr, cond, primal,
+                   ClosedJaxpr(advance, primal.consts),
                    steps.lin_body, len(steps.invariants),
                    min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
                    min(unroll_factor(cond, primal, unroll), S), unroll)
@@ -157,36 +167,33 @@ class _Chunks:
         ncarry = len(self.carry_avals)
         return stack_avals(self.primal.out_avals[ncarry:], self.rows)
 
-    def stored(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None):
-        """`(m, xs, stacks)`: at most `limit` steps from step `start` (while `cond`
-        holds; every one when `cond_jaxpr` is None), their rows in `stacks`, one per
-        step (see the module docstring): pushed by the loop into new stacks, or,
-        lowered for XLA:CPU, written into `stacks` in place (`xla_cpu_choice`)."""
-        ncarry, nh, ncc, nstk = len(xs), len(hoisted), len(cond_consts), len(stacks)
+    def stored(self, cond_consts, hoisted, start, limit, xs, stacks):
+        """`(m, xs, stacks)`: at most `limit` steps from step `start` while `cond`
+        holds, their rows written into `stacks` in place, one per step (see the
+        module docstring)."""
+        m, *outs = self._loop(cond_consts, hoisted, start, limit, xs, stacks)
+        return m, outs[:len(xs)], outs[len(xs):]
 
-        def form(pushing):
-            def stored(*args):
-                cc, hc, (start, limit), xs, stacks = split_list(args, [ncc, nh, 2, ncarry])
-                m, *outs = self._loop(cc, hc, start, limit, xs, [] if pushing else stacks,
-                                      cond_jaxpr)
-                return [m, *outs]
-            return stored
+    def advanced(self, cond_consts, hoisted, start, limit, xs):
+        """`(m, xs)`: at most `limit` steps from step `start` while `cond` holds, their
+        rows not kept."""
+        m, *xs = self._loop(cond_consts, hoisted, start, limit, xs, [], rows=False)
+        return m, xs
 
-        m, *outs = xla_cpu_choice(form(False), form(True), *cond_consts, *hoisted, start,
-                                  limit, *xs, *stacks)
-        return m, outs[:ncarry], outs[ncarry:ncarry + nstk]
-
-    def _loop(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr):
-        """`stored`'s loop: pushing its rows where `stacks` is empty, else writing them
-        into `stacks`, carried."""
+    def _loop(self, cond_consts, hoisted, start, limit, xs, stacks, cond_jaxpr=None,
+              rows=True):
+        """The chunk's loop (`cond_jaxpr` for the chunk's cond): where `rows`, pushing
+        its rows where `stacks` is empty, else writing them into `stacks`, carried."""
         ncarry, nh, ncc = len(xs), len(hoisted), len(cond_consts)
-        pushes = {} if stacks else dict(accumulators=len(self.stack_avals),
-                                        stack_rows=self.rows, row_offset=self.pad)
+        pushes = {} if stacks or not rows else dict(
+            accumulators=len(self.stack_avals), stack_rows=self.rows, row_offset=self.pad)
 
         def body(*args):
             hc, (start, i), xs, stacks = split_list(args, [nh, 2, ncarry])
-            xs, rows = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
-            return [*xs, *(write_rows(stacks, rows, i + self.pad) if stacks else rows)]
+            if not rows:
+                return call(self.advance, *hc, start, i, *xs)
+            xs, rows_out = split_list(call(self.primal, *hc, start, i, *xs), [ncarry])
+            return [*xs, *(write_rows(stacks, rows_out, i + self.pad) if stacks else rows_out)]
 
         def cond(*args):
             cc, (start, i), xs, _ = split_list(args, [ncc, 2, ncarry])
@@ -259,52 +266,87 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
 
-    def forward_body(*args):
-        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, stacks = split_list(
+    def forward_body(carried, *args):
+        cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, kept = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
-        m, xs, stacks = chunks.stored(cc, hc, n, lax.min(bound - n, np.int32(S)), xs, stacks)
-        return [n + m, m, _packed_policy(policy), *xs, pos, *slots, *stacks]
+        limit = lax.min(bound - n, np.int32(S))
+        if carried:
+            m, new_xs, kept = chunks.stored(cc, hc, n, limit, xs, kept)
+        else:
+            (m, new_xs), kept = chunks.advanced(cc, hc, n, limit, xs), xs
+        return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
 
     def forward_cond(*args):
         cc, (bound,), (_, n, m, _), xs, _ = split_list(args, [ncc, 1, 4, ncarry])
         (more,) = call(cond_jaxpr, *cc, n, *xs)
         return [(m == S) & (n < bound) & more]
 
-    def forward_while(cond_consts, hoisted, bound, carry):
-        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While."""
+    def forward_while(carried, cond_consts, hoisted, bound, carry, policy0, pos0):
+        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While.
+        `carried`: its chunk loops write their rows into stacks it carries, else
+        they keep no rows, and the last chunk's steps run again after it, from the
+        carry it kept, pushing them (module docstring)."""
         # Slots and stacks start unwritten, from one op (see `_packed_policy`);
         # exported, the slots start from distinct fills and the stacks as
         # `tensor.empty`.
         slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype)
                       for a in chunks.carry_avals]
-        init = [np.int32(0), np.int32(S), _packed_policy(policy_init(K)), *carry,
-                jnp.full((K,), EMPTY, np.int32),
-                *uninitialized([*slot_avals, *chunks.stack_avals],
-                               [*range(ncarry), *[None] * len(chunks.stack_avals)])]
+        stack_avals = chunks.stack_avals if carried else []
+        init = [np.int32(0), np.int32(S), policy0, *carry, pos0,
+                *uninitialized([*slot_avals, *stack_avals],
+                               [*range(ncarry), *[None] * len(stack_avals)]),
+                *([] if carried else carry)]
         cc_avals = [jax.typeof(x) for x in cond_consts]
         h_avals = [jax.typeof(x) for x in hoisted]
         state_avals = [jax.typeof(x) for x in init]
-        return functional_while(
+        outs = functional_while(
             [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
             cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
                                                    *state_avals], "budget_forward_cond"),
-            body_jaxpr=trace_closed(forward_body, [*cc_avals, *h_avals, COUNTER_AVAL,
-                                                   COUNTER_AVAL, *state_avals],
-                                    "budget_forward_body"),
+            body_jaxpr=trace_closed(functools.partial(forward_body, carried),
+                                    [*cc_avals, *h_avals, COUNTER_AVAL, COUNTER_AVAL,
+                                     *state_avals], "budget_forward_body"),
             static_bound=None if static_bound is None else -(-static_bound // S),
             name=name, role=role, gradient=ChunkedLoop(
                 checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
                 chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
                                    for a in chunks.stack_avals)))
+        if carried:
+            return outs
+        c, n, m, ints, *outs = outs
+        carry_out, (pos,), slots, last_start = split_list(outs, [ncarry, 1, ncarry])
+        last = jnp.maximum(c - 1, 0)
+        _, stacks = chunks.recomputed(hoisted, last * S, n - last * S, last_start)
+        return [c, n, m, ints, *carry_out, pos, *slots, *stacks]
+
+    def forward(cond_consts, hoisted, bound, carry):
+        """`forward_while`, carrying its stacks on XLA:CPU and for bodies with
+        effects, else not (module docstring)."""
+        def form(carried):
+            def forward_form(*args):
+                cc, hc, (bound,), carry, (policy0, pos0) = split_list(
+                    args, [ncc, nh, 1, ncarry])
+                return forward_while(carried, cc, hc, bound, carry, policy0, pos0)
+            return forward_form
+
+        # The schedule's starting state, an argument of the forms: a constant of
+        # theirs would be one of every jaxpr they are inlined into (`jax.checkpoint`'s
+        # under checkify, which takes none).
+        args = [*cond_consts, *hoisted, bound, *carry, _packed_policy(policy_init(K)),
+                jnp.full((K,), EMPTY, np.int32)]
+
+        if body_jaxpr.effects or cond_jaxpr.effects:
+            return form(True)(*args)
+        return xla_cpu_choice(form(True), form(False), *args)
 
     if all(map(is_concrete, primals)):
         # Eagerly (no jax.jit) each op is a program of its own: the While would copy
         # its stacks from the op that made them (the whole budget, every page
         # touched). One program makes them and runs the While, writing rows only.
-        forward_while = jax.jit(forward_while)
-    c, n, _, _, *outs = forward_while(list(cond_consts), list(hoisted), bound, list(carry))
+        forward = jax.jit(forward)
+    c, n, _, _, *outs = forward(list(cond_consts), list(hoisted), bound, list(carry))
     carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz

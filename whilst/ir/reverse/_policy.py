@@ -82,9 +82,9 @@ class Inlined:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChunkedLoop(Checkpointed):
     """The loop over chunks of `_budget.py`: reverse mode treats it as
-    `Checkpointed(checkpoints)`; each iteration stores the residual rows of at most
-    `chunk_steps` steps into stacks it carries, of `chunk_stacks` `(shape, dtype
-    name)`."""
+    `Checkpointed(checkpoints)`; each iteration runs at most `chunk_steps` steps,
+    whose residual rows (of the last chunk) fill stacks of `chunk_stacks`
+    `(shape, dtype name)`."""
     chunk_steps: int
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
 
