@@ -278,6 +278,41 @@ def _parents(op):
         parent = parent.parent
 
 
+@pytest.mark.parametrize("n", [8, 100_000])
+def test_a_short_unbounded_loops_gradient_runs_its_forward_over_chunks_in_a_dispatch(n):
+    """jax.grad of `i < n` from `jnp.int32(0)` over 3 floats (no bound known: the
+    default policy's chunks). Its forward While over chunks, which carries no stacks,
+    runs whole in a dispatch, and the gradient While over chunks on the host starts
+    from and reads copies of its results (`_host_loop_inits_copied`; copies of the
+    carries alone made a module that failed on every call,
+    `iree_limits/dispatch_result_as_loop_init.py`). Matches jax.grad of the loop
+    unrolled within the first chunk, and of `lax.fori_loop` past it."""
+    def loss(y, a):
+        return jnp.sum(whilst.while_loop(lambda i, y: i < n,
+                                         lambda i, y: (i + 1, jnp.sin(a * y) * 0.9 + 0.1),
+                                         [jnp.int32(0), y])[1])
+
+    def oracle(y, a):
+        return jnp.sum(jax.lax.fori_loop(0, n, lambda _, y: jnp.sin(a * y) * 0.9 + 0.1, y))
+
+    from iree.compiler import ir
+    from whilst.lowering._ir_walk import ops_where
+    from whilst.lowering._iree_loops_in_dispatch import loops_in_dispatch, LOOP_ATTR
+
+    args = (np.array([0.1, 0.5, 1.0], f32), f32(1.1))
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(prepare([whilst.export(jax.grad(loss, (0, 1)), *args)]))
+        loops_in_dispatch(module)
+        on_host = ops_where(module, lambda op: op.name == "stablehlo.while" and not any(
+            LOOP_ATTR in parent.attributes for parent in _parents(op)))
+        assert [op.attributes["whilst.role"] for op in on_host] == [
+            ir.StringAttr.get("gradient")]
+    compiled = whilst.compile(jax.grad(loss, (0, 1)), *args)
+    assert "left to the host" not in compiled.stages[-1][0], compiled.stages[-1][0]
+    for got, want in zip(compiled.load()(*args), jax.grad(oracle, (0, 1))(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
     """A loop writing rows into a stack of 20000 rows (160 KB) started from a fill of
     -1 made in the body of a loop the host steps (three trips, each summing the stack):

@@ -115,15 +115,25 @@ def loops_at_lines(text: str, lines) -> set:
 
 def _host_loop_inits_copied(module) -> None:
     """Each `stablehlo.while` left on the host that starts a carry from a result of a
-    loop's dispatch region (or from its `_as` conversion) starts it from its own copy
-    instead (`_iree_loops.opaque_copy`): IREE 3.13 made modules that failed on
-    every call ("ref is null ... hal.buffer.subspan": the gradient of a loop under
-    a budget of a few rows, whose forward and recomputing loops move and whose
-    gradient While stays on the host; `iree_limits/dispatch_result_as_loop_init.py`)."""
+    loop's dispatch region (or from its `_as` conversion), or reads one in its body,
+    starts from or reads its own copy instead (`_iree_loops.opaque_copy`): IREE 3.13
+    made modules that failed on every call ("ref is null ... hal.buffer.subspan":
+    the gradient of a loop under a budget of a few rows, whose forward and
+    recomputing loops move and whose gradient While stays on the host; the default
+    policy's gradient, whose gradient While over chunks reads the step count the
+    forward While over chunks, moved, returns; `iree_limits/dispatch_result_as_loop_init.py`)."""
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         for index, value in enumerate(loop.operands):
             if _region_result(value):
                 loop.operands[index] = opaque_copy(value, loop, index)
+        inside = set(ops_where(loop, lambda op: op != loop))
+        copies = {}
+        for op in inside:
+            for index, value in enumerate(op.operands):
+                if _region_result(value) and value.owner not in inside:
+                    if value not in copies:
+                        copies[value] = opaque_copy(value, loop, len(loop.operands) + len(copies))
+                    op.operands[index] = copies[value]
 
 
 def _region_result(value) -> bool:
