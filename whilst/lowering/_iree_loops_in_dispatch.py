@@ -67,9 +67,11 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     move so, except in gradient and linear Whiles other than a budget's gradient
     While over chunks (`_over_chunks`: its chunk's loops move). A forward loop
     counted by its trip count that writes rows (`_recomputes`: a budget chunk's
-    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. Gradient Whiles that write slots
-    (`_writes_slots`) stay on the host. A moved loop reads the results of loops
-    left on the host through barriers of its own (`_host_results_fenced_apart`).
+    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. Gradient Whiles that
+    write slots (`_writes_slots`) stay on the host. A moved loop reads the results
+    of loops left on the host through barriers of its own
+    (`_host_results_fenced_apart`), and a host loop those of moved loops through
+    copies (`_host_loop_inits_copied`).
     The loops whose numbers (in walk order) are in `on_host` stay on the host; each
     region records its loop's number (`LOOP_ATTR`, `loops_at_lines`). Returns how
     many loops moved (0: the module is unchanged but inlined)."""
@@ -83,7 +85,8 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
                 and not any(_reverse(o) and not _over_chunks(o) for o in outer)
                 and not _writes_slots(loop) and _fits(loop) and _worth_it(loop)
-                and not (_recomputes(loop) and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
+                and not (_recomputes(loop)
+                         and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
             moving.append((number, loop))
     for _, loop in moving:
         _host_results_fenced_apart(loop, [m for _, m in moving])
@@ -121,7 +124,8 @@ def _host_loop_inits_copied(module) -> None:
     the gradient of a loop under a budget of a few rows, whose forward and
     recomputing loops move and whose gradient While stays on the host; the default
     policy's gradient, whose gradient While over chunks reads the step count the
-    forward While over chunks, moved, returns; `iree_limits/dispatch_result_as_loop_init.py`)."""
+    forward While over chunks, moved, returns;
+    `iree_limits/dispatch_result_as_loop_init.py`)."""
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         for index, value in enumerate(loop.operands):
             if _region_result(value):
@@ -132,7 +136,8 @@ def _host_loop_inits_copied(module) -> None:
             for index, value in enumerate(op.operands):
                 if _region_result(value) and value.owner not in inside:
                     if value not in copies:
-                        copies[value] = opaque_copy(value, loop, len(loop.operands) + len(copies))
+                        serial = len(loop.operands) + len(copies)
+                        copies[value] = opaque_copy(value, loop, serial)
                     op.operands[index] = copies[value]
 
 

@@ -46,9 +46,10 @@ it does the stored path's loops, writing the rows of k steps at once, with no
 host branch per step. Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles
 carry the stacks and their chunk loops write them in place instead, so that XLA
 keeps one copy and runs no step twice; so does the forward While of a body with
-effects (a `jax.debug.callback` runs once per step forwards). Eagerly (no jax.jit), where each op is a program of its own, the
-forward's stacks are made in the forward While's program and the gradient While
-pushes: a While given stacks made by another program copies them whole.
+effects (a `jax.debug.callback` runs once per step forwards). Eagerly (no
+jax.jit), where each op is a program of its own, the forward's stacks are made in
+the forward While's program and the gradient While pushes: a While given stacks
+made by another program copies them whole.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
