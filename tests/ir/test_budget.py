@@ -86,7 +86,7 @@ def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them
     assert whilst.ir.DEFAULT_GRADIENT_MEMORY == 1 << 20
     assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
     assert checkpoints == 64
-    # The report counts a chunk's rows, which the budget's Whiles carry.
+    # The report counts a chunk's rows, once (XLA:CPU's forms carry them).
     (chunk,) = whilst.residual_report(loss, X, W, 7, argnums=(0, 1)).loops
     assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, row_bytes)
 
