@@ -125,14 +125,17 @@ def _host_loop_inits_copied(module) -> None:
     recomputing loops move and whose gradient While stays on the host; the default
     policy's gradient, whose gradient While over chunks reads the step count the
     forward While over chunks, moved, returns;
-    `iree_limits/dispatch_result_as_loop_init.py`)."""
+    `iree_limits/dispatch_result_as_loop_init.py`). The copies are made in walk
+    order: their order changes the module text, and of the orders a set gave,
+    one made the ODE-fit sample's gradient fail on every call ("indirect buffer
+    reference slot 0 is out range")."""
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         for index, value in enumerate(loop.operands):
             if _region_result(value):
                 loop.operands[index] = opaque_copy(value, loop, index)
-        inside = set(ops_where(loop, lambda op: op != loop))
-        copies = {}
-        for op in inside:
+        body_ops = ops_where(loop, lambda op: op != loop)
+        inside, copies = set(body_ops), {}
+        for op in body_ops:
             for index, value in enumerate(op.operands):
                 if _region_result(value) and value.owner not in inside:
                     if value not in copies:
