@@ -13,6 +13,20 @@ import seq2seq_decode
 pytestmark = [pytest.mark.iree, pytest.mark.slow]
 
 
+def test_ode_fit_module_is_the_same_text_each_time_its_loops_move():
+    """`source_for` (the loops moved into dispatches, and the copies host loops read,
+    `_host_loop_inits_copied`) gives one text for one module: copies made in a set's
+    order gave three texts in four calls, one of which failed on every call."""
+    import whilst
+    from whilst.lowering import flag_sets, prepare, source_for
+
+    exports = [whilst.export(fn, *args, name=name)
+               for name, (fn, args, _) in ode_fit.exported(5).items()]
+    text = prepare(exports)
+    flags = flag_sets(["llvm-cpu"])[0]
+    assert len({source_for(text, flags, {}) for _ in range(4)}) == 1
+
+
 def test_cg_solution_and_gradient_match_linalg_solve():
     cg.check(cg.run(n=16))
 
