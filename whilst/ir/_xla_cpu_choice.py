@@ -114,25 +114,22 @@ mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
     platform="cpu")
 
 
-def _inline_portable(eqn):
-    if eqn.primitive is xla_cpu_choice_p:
-        return lambda *args, xla_cpu, portable: call(portable_forms(portable), *args)
-    return None
+def _forms(jaxpr, form: str):
+    """`jaxpr` with every `xla_cpu_choice` replaced by its form named `form`
+    ("portable" or "xla_cpu"), also inside cond, scan and while; the same object
+    when it has none."""
+    def inline(eqn):
+        if eqn.primitive is xla_cpu_choice_p:
+            return lambda *args, **forms: call(_forms(forms[form], form), *args)
+        return None
+    return rewrite_equations(jaxpr, into_control_flow(inline), f"{form}_forms")
 
 
 def portable_forms(jaxpr):
-    """`jaxpr` with every `xla_cpu_choice` replaced by its portable form, also inside
-    cond, scan and while; the same object when it has none."""
-    return rewrite_equations(jaxpr, into_control_flow(_inline_portable), "portable_forms")
-
-
-def _inline_xla_cpu(eqn):
-    if eqn.primitive is xla_cpu_choice_p:
-        return lambda *args, xla_cpu, portable: call(xla_cpu_forms(xla_cpu), *args)
-    return None
+    """`jaxpr` with every `xla_cpu_choice` replaced by its portable form (`_forms`)."""
+    return _forms(jaxpr, "portable")
 
 
 def xla_cpu_forms(jaxpr):
-    """`jaxpr` with every `xla_cpu_choice` replaced by its XLA:CPU form, as
-    `portable_forms`."""
-    return rewrite_equations(jaxpr, into_control_flow(_inline_xla_cpu), "xla_cpu_forms")
+    """`jaxpr` with every `xla_cpu_choice` replaced by its XLA:CPU form (`_forms`)."""
+    return _forms(jaxpr, "xla_cpu")
