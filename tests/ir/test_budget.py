@@ -15,7 +15,7 @@ import whilst
 from helpers import REPO, host_driven_stream, nested_sin_oracle, unrolled
 from whilst._compile import FALLBACK_NOTE
 from whilst.ir import iter_loops
-from whilst.ir._xla_cpu_choice import portable_forms
+from whilst.ir._xla_cpu_choice import portable_forms, xla_cpu_forms
 from whilst.lowering import loop_costs, prepare
 
 X = jnp.linspace(0.1, 1.0, 4)
@@ -205,6 +205,43 @@ def test_one_forward_and_one_gradient_while_over_chunks():
     assert _loop_kinds(body) == [("forward", None, 1, 0), ("gradient", None, 0, 1)]
     assert not {"cond", "switch"} & set(_primitives(body))
     assert "add_any" not in [e.primitive.name for e in jaxpr.eqns]
+
+
+def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
+    """Under jax.jit the forward While runs chunk 0 writing its rows into the stacks it
+    carries and its later chunks keeping none: `cos`, which only the rows need, is
+    computed in the first only. The last chunk's steps then run again writing theirs
+    (0 steps where chunk 0 was the last). A body holding a loop writes every chunk's
+    rows (one chunk loop: the copies would multiply with the nesting)."""
+    def forward_loops(fn, *args):
+        jaxpr = xla_cpu_forms(jax.make_jaxpr(fn)(*args)).jaxpr
+        return [e for e in jaxpr.eqns if e.primitive.name == "functional_while"
+                and e.params["role"] == "forward"]
+
+    forward, last = forward_loops(jax.grad(functools.partial(
+        loss, X, n=7, gradient_memory=136)), W)
+    chunk_loops = list(iter_loops(forward.params["body_jaxpr"].jaxpr))
+    assert sorted("cos" in _primitives(e.params["body_jaxpr"].jaxpr)
+                  for e in chunk_loops) == [False, True]
+    assert "cos" in _primitives(last.params["body_jaxpr"].jaxpr)
+    assert last.params["static_bound"] == 3
+
+    def nested(x, loop=whilst.while_loop, **inner_options):
+        def body(t, x):
+            y = loop(lambda k, y: y < 2.0, lambda k, y: (k + 1, y * 1.5), [0, x],
+                     **inner_options)[1]
+            return t + 1.0, jnp.sin(y) * 0.5
+        return loop(lambda t, x: t < 3.0, body, [0.0, x])[1]
+
+    # the inner loop checkpointed (no stacks), the outer in chunks of its rows
+    (outer,) = forward_loops(jax.grad(functools.partial(nested, gradient_memory=0)), 1.0)
+    chunk_loops = [e for e in outer.params["body_jaxpr"].jaxpr.eqns
+                   if e.primitive.name == "functional_while"]
+    assert len(chunk_loops) == 1 and chunk_loops[0].params["static_bound"] is not None
+    for v in [0.3, 1.0, 2.5]:
+        want = jax.grad(functools.partial(nested, loop=unrolled))(v)
+        got = jax.jit(jax.grad(functools.partial(nested, gradient_memory=0)))(v)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_jit_vmap_per_example_trip_counts_and_switch():

@@ -45,8 +45,13 @@ themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
 it does the stored path's loops, writing the rows of k steps at once, with no
 host branch per step. Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles
 carry the stacks and their chunk loops write them in place instead, so that XLA
-keeps one copy and runs no step twice; so does the forward While of a body with
-effects (a `jax.debug.callback` runs once per step forwards). Eagerly (no
+keeps one copy. There the forward's chunk 0 writes its rows and the later chunks
+keep none: a loop that ends in its first chunk runs no step twice, and a longer
+one computes rows for its last chunk's steps only (rows cost what the primal costs
+again where they hold values the primal does not compute, such as `cos(x)` for
+`sin(x)`). The forward While of a body with effects writes every chunk's rows (a
+`jax.debug.callback` runs once per step forwards), and so does that of a body
+holding loops (its chunk loop's copies would multiply with the nesting). Eagerly (no
 jax.jit), where each op is a program of its own, the forward's stacks are made in
 the forward While's program and the gradient While pushes: a While given stacks
 made by another program copies them whole.
@@ -74,6 +79,7 @@ from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_concrete, is_constant_shape, split_list
 from whilst.ir._buffers import uninitialized
+from whilst.ir._inspect import iter_loops
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     turned, with_level, write_slot)
@@ -267,16 +273,30 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
 
-    def forward_body(carried, *args):
+    def forward_body(rows, *args):
+        """One chunk, number `c`: its start saved by the schedule, then its steps, whose
+        rows are written into the stacks carried by every chunk (`rows="every"`), by
+        chunk 0 only (`"first"`), or kept by none (`"none"`). Chunks that keep none
+        carry their start after the stacks."""
         cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, kept = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
         limit = lax.min(bound - n, np.int32(S))
-        if carried:
+
+        def advanced(stacks):
+            return [*chunks.advanced(cc, hc, n, limit, xs), stacks]
+
+        if rows == "every":
             m, new_xs, kept = chunks.stored(cc, hc, n, limit, xs, kept)
+        elif rows == "none":
+            m, new_xs, _ = advanced([])
+            kept = xs
         else:
-            (m, new_xs), kept = chunks.advanced(cc, hc, n, limit, xs), xs
+            m, new_xs, stacks = lax.cond(
+                c == 0, lambda stacks: list(chunks.stored(cc, hc, n, limit, xs, stacks)),
+                advanced, kept[:-ncarry])
+            kept = [*stacks, *xs]
         return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
 
     def forward_cond(*args):
@@ -284,29 +304,17 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         (more,) = call(cond_jaxpr, *cc, n, *xs)
         return [(m == S) & (n < bound) & more]
 
-    def forward_while(carried, cond_consts, hoisted, bound, carry, policy0, pos0):
-        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While.
-        `carried`: its chunk loops write their rows into stacks it carries, else
-        they keep no rows, and the last chunk's steps run again after it, from the
-        carry it kept, pushing them (module docstring)."""
-        # Slots and stacks start unwritten, from one op (see `_packed_policy`);
-        # exported, the slots start from distinct fills and the stacks as
-        # `tensor.empty`.
-        slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype)
-                      for a in chunks.carry_avals]
-        stack_avals = chunks.stack_avals if carried else []
-        init = [np.int32(0), np.int32(S), policy0, *carry, pos0,
-                *uninitialized([*slot_avals, *stack_avals],
-                               [*range(ncarry), *[None] * len(stack_avals)]),
-                *([] if carried else carry)]
+    def over_chunks(rows, cond_consts, hoisted, bound, init):
+        """`(c, n, m, policy, *carry, pos, *slots, *kept)`: the While over chunks from
+        state `init` (`forward_body`)."""
         cc_avals = [jax.typeof(x) for x in cond_consts]
         h_avals = [jax.typeof(x) for x in hoisted]
         state_avals = [jax.typeof(x) for x in init]
-        outs = functional_while(
+        return functional_while(
             [*cond_consts, bound], [*cond_consts, *hoisted, bound], np.int32(UNBOUNDED), init,
             cond_jaxpr=trace_closed(forward_cond, [*cc_avals, COUNTER_AVAL, COUNTER_AVAL,
                                                    *state_avals], "budget_forward_cond"),
-            body_jaxpr=trace_closed(functools.partial(forward_body, carried),
+            body_jaxpr=trace_closed(functools.partial(forward_body, rows),
                                     [*cc_avals, *h_avals, COUNTER_AVAL, COUNTER_AVAL,
                                      *state_avals], "budget_forward_body"),
             static_bound=None if static_bound is None else -(-static_bound // S),
@@ -314,22 +322,47 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                 checkpoints=K, nbytes=gradient.nbytes, chunk_steps=S,
                 chunk_stacks=tuple((tuple(a.shape), np.dtype(a.dtype).name)
                                    for a in chunks.stack_avals)))
-        if carried:
-            return outs
-        c, n, m, ints, *outs = outs
-        carry_out, (pos,), slots, last_start = split_list(outs, [ncarry, 1, ncarry])
+
+    def forward_while(rows, cond_consts, hoisted, bound, carry, policy0, pos0):
+        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While
+        over chunks, whose chunks keep rows as `rows` says:
+
+            "every": each chunk writes its rows into stacks the While carries;
+            "none":  no chunk keeps rows; the last chunk's steps run again after
+                the While, from the start it kept, pushing theirs;
+            "first": chunk 0 writes its rows into stacks the While carries, the
+                others keep none; where more than one ran, the last chunk's steps
+                run again after the While, writing theirs over chunk 0's.
+        """
+        # Slots and stacks start unwritten, from one op (see `_packed_policy`);
+        # exported, the slots start from distinct fills and the stacks as
+        # `tensor.empty`.
+        slot_avals = [jax.ShapeDtypeStruct((K, *a.shape), a.dtype)
+                      for a in chunks.carry_avals]
+        stack_avals = [] if rows == "none" else chunks.stack_avals
+        init = [np.int32(0), np.int32(S), policy0, *carry, pos0,
+                *uninitialized([*slot_avals, *stack_avals],
+                               [*range(ncarry), *[None] * len(stack_avals)])]
+        args = [cond_consts, hoisted, bound]
+        if rows == "every":
+            return over_chunks(rows, *args, init)
+        c, n, m, ints, *outs = over_chunks(rows, *args, [*init, *carry])
+        carry_out, (pos,), slots, stacks, last_start = split_list(
+            outs, [ncarry, 1, ncarry, len(stack_avals)])
         last = jnp.maximum(c - 1, 0)
-        _, stacks = chunks.recomputed(hoisted, last * S, n - last * S, last_start)
+        steps = n - last * S if rows == "none" else jnp.where(last > 0, n - last * S, 0)
+        _, stacks = chunks.recomputed(hoisted, last * S, steps, last_start, stacks)
         return [c, n, m, ints, *carry_out, pos, *slots, *stacks]
 
     def forward(cond_consts, hoisted, bound, carry):
-        """`forward_while`, carrying its stacks on XLA:CPU and for bodies with
-        effects, else not (module docstring)."""
-        def form(carried):
+        """`forward_while`, with every chunk's rows for a body with effects (each
+        step's run once); else, on XLA:CPU, chunk 0's (every chunk's for a body
+        holding loops), and exported none (module docstring)."""
+        def form(rows):
             def forward_form(*args):
                 cc, hc, (bound,), carry, (policy0, pos0) = split_list(
                     args, [ncc, nh, 1, ncarry])
-                return forward_while(carried, cc, hc, bound, carry, policy0, pos0)
+                return forward_while(rows, cc, hc, bound, carry, policy0, pos0)
             return forward_form
 
         # The schedule's starting state, an argument of the forms: a constant of
@@ -339,8 +372,11 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                 jnp.full((K,), EMPTY, np.int32)]
 
         if body_jaxpr.effects or cond_jaxpr.effects:
-            return form(True)(*args)
-        return xla_cpu_choice(form(True), form(False), *args)
+            return form("every")(*args)
+        # A body holding loops keeps one chunk loop: "first"'s three copies of it
+        # would multiply with each level of nesting (HLO, and XLA's compile time).
+        nested = any(True for _ in iter_loops(body_jaxpr.jaxpr))
+        return xla_cpu_choice(form("every" if nested else "first"), form("none"), *args)
 
     if all(map(is_concrete, primals)):
         # Eagerly (no jax.jit) each op is a program of its own: the While would copy
