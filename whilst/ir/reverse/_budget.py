@@ -45,9 +45,10 @@ themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
 it does the stored path's loops, writing the rows of k steps at once, with no
 host branch per step. Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles
 carry the stacks and their chunk loops write them in place instead, so that XLA
-keeps one copy. There the forward's chunk 0 writes its rows and the later chunks
-keep none: a loop that ends in its first chunk runs no step twice, and a longer
-one computes rows for its last chunk's steps only (rows cost what the primal costs
+keeps one copy. There the forward's chunk 0, and the chunk a loop that runs to
+its bound ends in, write their rows, and the other chunks keep none: a loop that
+ends in either runs no step twice forwards, and any other runs its last chunk's
+steps again after the While, writing their rows (rows cost what the primal costs
 again where they hold values the primal does not compute, such as `cos(x)` for
 `sin(x)`). The forward While of a body with effects writes every chunk's rows (a
 `jax.debug.callback` runs once per step forwards), and so does that of a body
@@ -276,8 +277,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     def forward_body(rows, *args):
         """One chunk, number `c`: its start saved by the schedule, then its steps, whose
         rows are written into the stacks carried by every chunk (`rows="every"`), by
-        chunk 0 only (`"first"`), or kept by none (`"none"`). Chunks that keep none
-        carry their start after the stacks."""
+        chunk 0 and the bound's last chunk only (`"first"`), or kept by none
+        (`"none"`). Chunks that keep none carry their start after the stacks."""
         cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, kept = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
@@ -294,7 +295,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
             kept = xs
         else:
             m, new_xs, stacks = lax.cond(
-                c == 0, lambda stacks: list(chunks.stored(cc, hc, n, limit, xs, stacks)),
+                (c == 0) | (c == (bound - 1) // S),
+                lambda stacks: list(chunks.stored(cc, hc, n, limit, xs, stacks)),
                 advanced, kept[:-ncarry])
             kept = [*stacks, *xs]
         return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
@@ -330,9 +332,10 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
             "every": each chunk writes its rows into stacks the While carries;
             "none":  no chunk keeps rows; the last chunk's steps run again after
                 the While, from the start it kept, pushing theirs;
-            "first": chunk 0 writes its rows into stacks the While carries, the
-                others keep none; where more than one ran, the last chunk's steps
-                run again after the While, writing theirs over chunk 0's.
+            "first": chunk 0 and the bound's last chunk (a loop that runs to its
+                bound ends in it) write their rows into stacks the While carries,
+                the others keep none; where the last chunk run is neither, its
+                steps run again after the While, writing their rows.
         """
         # Slots and stacks start unwritten, from one op (see `_packed_policy`);
         # exported, the slots start from distinct fills and the stacks as
@@ -350,7 +353,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         carry_out, (pos,), slots, stacks, last_start = split_list(
             outs, [ncarry, 1, ncarry, len(stack_avals)])
         last = jnp.maximum(c - 1, 0)
-        steps = n - last * S if rows == "none" else jnp.where(last > 0, n - last * S, 0)
+        written = (last == 0) | (last == (bound - 1) // S)
+        steps = n - last * S if rows == "none" else jnp.where(written, 0, n - last * S)
         _, stacks = chunks.recomputed(hoisted, last * S, steps, last_start, stacks)
         return [c, n, m, ints, *carry_out, pos, *slots, *stacks]
 
