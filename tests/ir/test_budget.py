@@ -208,10 +208,11 @@ def test_one_forward_and_one_gradient_while_over_chunks():
 
 
 def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
-    """Under jax.jit the forward While runs chunk 0 writing its rows into the stacks it
-    carries and its later chunks keeping none: `cos`, which only the rows need, is
-    computed in the first only. The last chunk's steps then run again writing theirs
-    (0 steps where chunk 0 was the last). A body holding a loop writes every chunk's
+    """Under jax.jit the forward While runs chunk 0 (and the chunk a loop that runs to
+    its bound ends in) writing its rows into the stacks it carries, and its other
+    chunks keeping none: `cos`, which only the rows need, is computed in one of its
+    two chunk loops only. The last chunk's steps then run again writing theirs (0
+    steps where that chunk wrote them). A body holding a loop writes every chunk's
     rows (one chunk loop: the copies would multiply with the nesting)."""
     def forward_loops(fn, *args):
         jaxpr = xla_cpu_forms(jax.make_jaxpr(fn)(*args)).jaxpr
