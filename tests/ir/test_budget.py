@@ -212,8 +212,9 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
     its bound ends in) writing its rows into the stacks it carries, and its other
     chunks keeping none: `cos`, which only the rows need, is computed in one of its
     two chunk loops only. The last chunk's steps then run again writing theirs (0
-    steps where that chunk wrote them). A body holding a loop writes every chunk's
-    rows (one chunk loop: the copies would multiply with the nesting)."""
+    steps where that chunk wrote them). A step whose rows take no computation of their
+    own (`y * 1.5`: none) writes every chunk's rows, and so does a body holding a
+    loop (one chunk loop: the copies would multiply with the nesting)."""
     def forward_loops(fn, *args):
         jaxpr = xla_cpu_forms(jax.make_jaxpr(fn)(*args)).jaxpr
         return [e for e in jaxpr.eqns if e.primitive.name == "functional_while"
@@ -227,6 +228,15 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
     assert "cos" in _primitives(last.params["body_jaxpr"].jaxpr)
     assert last.params["static_bound"] == 3
 
+    def one_chunk_loop(fn, *args):
+        (outer, *_) = forward_loops(jax.grad(fn), *args)
+        chunk_loops = [e for e in outer.params["body_jaxpr"].jaxpr.eqns
+                       if e.primitive.name == "functional_while"]
+        return len(chunk_loops) == 1 and chunk_loops[0].params["static_bound"] is not None
+
+    assert one_chunk_loop(lambda x: whilst.while_loop(
+        lambda t, y: t < 3.0, lambda t, y: (t + 1.0, y * 1.5), [0.0, x])[1], 1.0)
+
     def nested(x, loop=whilst.while_loop, **inner_options):
         def body(t, x):
             y = loop(lambda k, y: y < 2.0, lambda k, y: (k + 1, y * 1.5), [0, x],
@@ -235,10 +245,7 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
         return loop(lambda t, x: t < 3.0, body, [0.0, x])[1]
 
     # the inner loop checkpointed (no stacks), the outer in chunks of its rows
-    (outer,) = forward_loops(jax.grad(functools.partial(nested, gradient_memory=0)), 1.0)
-    chunk_loops = [e for e in outer.params["body_jaxpr"].jaxpr.eqns
-                   if e.primitive.name == "functional_while"]
-    assert len(chunk_loops) == 1 and chunk_loops[0].params["static_bound"] is not None
+    assert one_chunk_loop(functools.partial(nested, gradient_memory=0), 1.0)
     for v in [0.3, 1.0, 2.5]:
         want = jax.grad(functools.partial(nested, loop=unrolled))(v)
         got = jax.jit(jax.grad(functools.partial(nested, gradient_memory=0)))(v)

@@ -159,6 +159,13 @@ class _Chunks:
                    min(unroll_factor(cond, primal, unroll), S), unroll)
 
     @property
+    def rows_computed_apart(self):
+        """Whether the rows take computation that the steps without them skip
+        (`cos(x)` for `sin(x)`; not the step's own output, nor a linear step's none)."""
+        live, _ = pe.dce_jaxpr(self.primal.jaxpr, [True] * len(self.primal.out_avals))
+        return len(self.advance.jaxpr.eqns) < len(live.eqns)
+
+    @property
     def carry_avals(self):
         return list(self.body_jaxpr.out_avals)
 
@@ -377,10 +384,12 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
 
         if body_jaxpr.effects or cond_jaxpr.effects:
             return form("every")(*args)
-        # A body holding loops keeps one chunk loop: "first"'s three copies of it
-        # would multiply with each level of nesting (HLO, and XLA's compile time).
+        # "first" pays where rows cost computation of their own. A body holding loops
+        # keeps one chunk loop: "first"'s three copies of it would multiply with each
+        # level of nesting (HLO, and XLA's compile time).
         nested = any(True for _ in iter_loops(body_jaxpr.jaxpr))
-        return xla_cpu_choice(form("every" if nested else "first"), form("none"), *args)
+        rows = "first" if chunks.rows_computed_apart and not nested else "every"
+        return xla_cpu_choice(form(rows), form("none"), *args)
 
     if all(map(is_concrete, primals)):
         # Eagerly (no jax.jit) each op is a program of its own: the While would copy
