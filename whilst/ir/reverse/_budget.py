@@ -50,9 +50,10 @@ its bound ends in, write their rows, and the other chunks keep none: a loop that
 ends in either runs no step twice forwards, and any other runs its last chunk's
 steps again after the While, writing their rows (rows cost what the primal costs
 again where they hold values the primal does not compute, such as `cos(x)` for
-`sin(x)`). The forward While of a body with effects writes every chunk's rows (a
-`jax.debug.callback` runs once per step forwards), and so does that of a body
-holding loops (its chunk loop's copies would multiply with the nesting). Eagerly (no
+`sin(x)`). The forward While writes every chunk's rows where rows take no such
+computation (the step's own output, or none), for a body with effects (a
+`jax.debug.callback` runs once per step forwards), and for a body holding loops
+(its chunk loop's copies would multiply with the nesting). Eagerly (no
 jax.jit), where each op is a program of its own, the forward's stacks are made in
 the forward While's program and the gradient While pushes: a While given stacks
 made by another program copies them whole.
