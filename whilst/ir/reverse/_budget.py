@@ -282,6 +282,10 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     hoisted = steps.hoisted_consts
     ncarry, ncc, nh = len(carry), cond_nconsts, len(hoisted)
 
+    def bound_chunk(bound):
+        """The chunk a loop that runs to its bound ends in."""
+        return (bound - 1) // S
+
     def forward_body(rows, *args):
         """One chunk, number `c`: its start saved by the schedule, then its steps, whose
         rows are written into the stacks carried by every chunk (`rows="every"`), by
@@ -303,9 +307,9 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
             kept = xs
         else:
             m, new_xs, stacks = lax.cond(
-                (c == 0) | (c == (bound - 1) // S),
+                (c == 0) | (c == bound_chunk(bound)),
                 lambda stacks: list(chunks.stored(cc, hc, n, limit, xs, stacks)),
-                advanced, kept[:-ncarry])
+                advanced, kept[:len(chunks.stack_avals)])
             kept = [*stacks, *xs]
         return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
 
@@ -361,7 +365,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         carry_out, (pos,), slots, stacks, last_start = split_list(
             outs, [ncarry, 1, ncarry, len(stack_avals)])
         last = jnp.maximum(c - 1, 0)
-        written = (last == 0) | (last == (bound - 1) // S)
+        written = (last == 0) | (last == bound_chunk(bound))
         steps = n - last * S if rows == "none" else jnp.where(written, 0, n - last * S)
         _, stacks = chunks.recomputed(hoisted, last * S, steps, last_start, stacks)
         return [c, n, m, ints, *carry_out, pos, *slots, *stacks]
