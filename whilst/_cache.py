@@ -6,7 +6,9 @@ loops moved into dispatches, for one).
 Entries live in `$WHILST_CACHE_DIR` (default `~/.cache/whilst`, or under
 `$XDG_CACHE_HOME`); `WHILST_CACHE_DIR=off` (or `cache=False`, `whilst compile
 --no-cache`) disables it. Entries are sealed modules written atomically; one whose
-seal does not verify is ignored (and replaced), never loaded.
+seal does not verify is ignored (and replaced), never loaded. Beside each, a text
+file says how iree-compile made it (the compile stage's label: its fusion, and the
+failures and loops left to the host on the way), for a cache hit to say the same.
 """
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ def lowering_digest() -> str:
     return h.hexdigest()
 
 
-def lookup(where: str | None, entry: str) -> bytes | None:
-    """The sealed module cached under `entry`, or None (missing, unreadable, damaged)."""
+def lookup(where: str | None, entry: str) -> tuple[bytes, str | None] | None:
+    """`(sealed module, how it was made)` cached under `entry` (how: None where its
+    text is missing), or None (missing, unreadable, damaged)."""
     if where is None:
         return None
     try:
@@ -70,18 +73,28 @@ def lookup(where: str | None, entry: str) -> bytes | None:
             data = f.read()
         if is_sealed(data):
             unseal(data)
-            return data
+            return data, _read_how(os.path.join(where, entry + ".txt"))
     except (OSError, LoadError):
         pass
     return None
 
 
-def store(where: str | None, entry: str, sealed: bytes) -> None:
-    """Cache `sealed` under `entry`; a cache that cannot be written is skipped."""
+def _read_how(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def store(where: str | None, entry: str, sealed: bytes, how: str) -> None:
+    """Cache `sealed` under `entry`, with `how` it was made; a cache that cannot be
+    written is skipped."""
     if where is None:
         return
     try:
         os.makedirs(where, exist_ok=True)
+        write_file(os.path.join(where, entry + ".txt"), how.encode(), force=True)
         write_file(os.path.join(where, entry + ".vmfb"), sealed, force=True)
     except OSError:
         pass

@@ -93,11 +93,12 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
         described += SHARED_FUSION_NOTE
     t = time.perf_counter()
     for flags in tried:
-        data = _cache.lookup(where, _cache.key(text, flags))
-        if data is not None:
-            first = flags == tried[0] or has_aggressive_fusion(flags)
-            note = "" if first else f"{FALLBACK_NOTE} {_CACHED_FALLBACK}"
-            stages.record(f"{_CACHE_HIT} for {described}{note}", time.perf_counter() - t)
+        cached = _cache.lookup(where, _cache.key(text, flags))
+        if cached is not None:
+            data, how = cached
+            stages.record(_hit_label(how, described, flags == tried[0] or
+                                     has_aggressive_fusion(flags)),
+                          time.perf_counter() - t)
             return Compiled(data, tuple(targets), tuple(functions), stages.done, flags)
     with stages(f"{IREE_COMPILE} for {described}") as stage:
         failures = []
@@ -112,8 +113,18 @@ def compile_stage(text: str, functions, targets, cpu="host", gpu_arch=None, cach
         if not failures and has_loops_in_dispatch(flags):
             stage.relabel(f"{IREE_COMPILE} for {described} with {describe_flags(flags)}")
         data = seal(data)
-    _cache.store(where, _cache.key(text, flags), data)
+    _cache.store(where, _cache.key(text, flags), data, stage.label)
     return Compiled(data, tuple(targets), tuple(functions), stages.done, flags)
+
+
+def _hit_label(how, described, first):
+    """The label of a cache hit: what the compile that made the entry said (`how`),
+    with "compile cache hit" for "iree-compile"; for an entry without it, whether it
+    was made by the first flag set tried."""
+    if how is not None and how.startswith(f"{IREE_COMPILE} for "):
+        return _CACHE_HIT + how[len(IREE_COMPILE):]
+    return f"{_CACHE_HIT} for {described}" + ("" if first else
+                                              f"{FALLBACK_NOTE} {_CACHED_FALLBACK}")
 
 
 IREE_COMPILE = "iree-compile"

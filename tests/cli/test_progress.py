@@ -193,9 +193,8 @@ def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
         and list(b) == [2 + i for i in range(9)]
     again = whilst.compile(two_zeros_carries, np.float32(2.0), cache=tmp_path,
                            loops_in_dispatch=False)
-    assert again.cache_hit and again.stages[-1][0] == (
-        "compile cache hit for llvm-cpu (host) with default fusion (cached when aggressive "
-        "fusion failed; cache=False or --no-cache compiles it again and says why)")
+    assert again.cache_hit and again.stages[-1][0] == "compile cache hit" + label[len(
+        "iree-compile"):]
 
 
 def test_a_fallback_for_a_module_that_cannot_run_says_so():

@@ -96,7 +96,7 @@ def test_a_key_carrying_loop_and_its_gradient_run_on_iree():
     want_y, want_k = oracle(x, seed)
     np.testing.assert_array_equal(k, want_k)
     np.testing.assert_allclose(y, want_y, rtol=1e-5)
-    compiled = whilst.compile(jax.grad(loss), x, seed, cache=False)
+    compiled = whilst.compile(jax.grad(loss), x, seed)
     # its chunk loop, stacks of 1 MiB written in place, runs in a dispatch
     assert "left to the host" not in compiled.stages[-1][0], compiled.stages[-1][0]
     grad = compiled.load()(x, seed)

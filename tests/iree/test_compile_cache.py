@@ -48,7 +48,7 @@ def test_second_compile_hits_the_cache_and_a_changed_flag_misses(tmp_path, iree_
     assert int(n) == 3 and list(x) == [4.0, 5.0]
     third = whilst.compile(step, *args, cache=tmp_path, cpu="generic")
     assert len(iree_compile_calls) == 2 and not third.cache_hit
-    assert len(os.listdir(tmp_path)) == 2
+    assert len(os.listdir(tmp_path)) == 4   # two modules, each with its text
 
 
 def test_an_entry_made_by_other_lowering_code_is_not_used(tmp_path, monkeypatch,
@@ -62,13 +62,13 @@ def test_an_entry_made_by_other_lowering_code_is_not_used(tmp_path, monkeypatch,
     monkeypatch.setattr(whilst._cache, "lowering_digest", lambda: "other lowering code")
     again = whilst.compile(step, *args, cache=tmp_path)
     assert not again.cache_hit and len(iree_compile_calls) == 2
-    assert len(os.listdir(tmp_path)) == 2
+    assert len(os.listdir(tmp_path)) == 4
 
 
 def test_a_corrupted_cache_entry_is_recompiled_never_loaded(tmp_path, iree_compile_calls):
     args = (np.zeros(2, np.float32), np.int32(0))
     good = whilst.compile(step, *args, cache=tmp_path).data
-    (entry,) = tmp_path.iterdir()
+    (entry,) = tmp_path.glob("*.vmfb")
     damaged = bytearray(good)
     damaged[len(damaged) // 2] ^= 4
     for broken in (bytes(damaged), good[:-40]):
@@ -103,12 +103,18 @@ def test_a_module_failing_with_aggressive_fusion_compiles_without_it_and_is_cach
         first.stages[-1][0])
     n, x = load(first.data).main(np.array([1.0, 2.0], np.float32), 3)
     assert int(n) == 3 and list(x) == [4.0, 5.0]
-    (entry,) = os.listdir(tmp_path)
     plain = next(f for f in _iree.flag_sets(("llvm-cpu",)) if not _iree.has_aggressive_fusion(f))
-    assert entry == whilst._cache.key(first_text(tmp_path, args), plain) + ".vmfb"
+    entry = whilst._cache.key(first_text(tmp_path, args), plain)
+    assert sorted(os.listdir(tmp_path)) == [entry + ".txt", entry + ".vmfb"]
     second = whilst.compile(step, *args, cache=tmp_path)
     assert second.cache_hit and second.data == first.data and len(iree_compile_calls) == 1
-    assert second.stages[-1][0] == (
+    # the hit says what the compile said
+    assert second.stages[-1][0] == "compile cache hit" + first.stages[-1][0][len("iree-compile"):]
+    # an entry whose text is gone says only that it was made by a fallback
+    os.remove(tmp_path / (entry + ".txt"))
+    third = whilst.compile(step, *args, cache=tmp_path)
+    assert third.cache_hit and third.data == first.data and len(iree_compile_calls) == 1
+    assert third.stages[-1][0] == (
         "compile cache hit for llvm-cpu (host) with default fusion (cached when aggressive "
         "fusion failed; cache=False or --no-cache compiles it again and says why)")
 

@@ -185,7 +185,7 @@ def test_a_wide_loop_stays_on_the_host_beside_a_small_loop_in_a_dispatch():
     the small one runs in a dispatch, and both give numpy's results."""
     both = lambda wide, small, n: (sines(wide, n), sines(small, n))   # noqa: E731
     args = (np.linspace(-1, 1, 64, dtype=f32), np.linspace(0, 1, 4, dtype=f32))
-    module = whilst.compile(both, *args, i32(3), cache=False)
+    module = whilst.compile(both, *args, i32(3))
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     assert len(loop_costs(compile_to_stream(prepare([whilst.export(both, *args, i32(3))])))) == 1
     run = module.load()
@@ -210,7 +210,7 @@ def test_a_gradient_runs_its_forward_and_gradient_whiles_in_dispatches():
 
     grad = jax.grad(loss, argnums=(0, 1))
     args = (np.array([1.0, 0.5], f32), f32(1.3))
-    module = whilst.compile(grad, *args, cache=False)
+    module = whilst.compile(grad, *args)
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     text = prepare([whilst.export(grad, *args)])
     assert loop_costs(compile_to_stream(text)) == []
@@ -261,7 +261,7 @@ def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
         assert all(OVER_CHUNKS_ATTR in op.attributes for op in on_host)
         assert [op for region in ops_where(module, lambda op: LOOP_ATTR in op.attributes)
                 for op in ops_where(region, lambda op: op.name == "stablehlo.concatenate")]
-    compiled = whilst.compile(grad, *args, cache=False)
+    compiled = whilst.compile(grad, *args)
     assert "left to the host" not in compiled.stages[-1][0], compiled.stages[-1][0]
     run = compiled.load()
     oracle = jax.jit(jax.grad(loss_fori, (0, 1)), static_argnums=2)
@@ -346,7 +346,7 @@ def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
         return total, x
 
     args = (np.array([0.3, -1.0], f32), i32(5))
-    module = whilst.compile(passes, *args, cache=False)
+    module = whilst.compile(passes, *args)
     assert has_loops_in_dispatch(module.flags), module.stages[-1][0]
     assert "left to the host" not in module.stages[-1][0], module.stages[-1][0]
     run = module.load()
@@ -391,7 +391,7 @@ def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
     assert rows * 2 * 4 > MAX_CARRIED_BYTES
     args = (np.array([0.3, -1.0], f32), i32(5))
     assert in_dispatch_form(record, *args) is not None
-    module = whilst.compile(record, *args, cache=False)
+    module = whilst.compile(record, *args)
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     assert loop_costs(compile_to_stream(prepare([whilst.export(record, *args)]))) == []
     run = module.load()
@@ -428,7 +428,7 @@ def test_rows_of_unsigned_integers_and_booleans_are_written_in_place():
         return x, words, bits
 
     args = (np.array([1, 2 ** 31 + 7], u32), i32(3))
-    module = whilst.compile(record, *args, cache=False)
+    module = whilst.compile(record, *args)
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     assert loop_costs(compile_to_stream(prepare([whilst.export(record, *args)]))) == []
     run = module.load()
@@ -477,7 +477,7 @@ def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
         assert loops_in_dispatch(module) == 1
         (outer,) = ops_where(module, lambda op: op.name == "stablehlo.while")
         assert ops_where(outer, lambda op: op.name == "flow.dispatch.region")
-    compiled = whilst.compile(f, *args, cache=False)
+    compiled = whilst.compile(f, *args)
     assert has_loops_in_dispatch(compiled.flags), compiled.stages[-1]
     run = compiled.load()
     for n in [0, 1, 4]:
@@ -524,7 +524,7 @@ def test_a_host_loop_starting_from_a_dispatchs_results_runs():
     unrolled in Python, at 0 to 10 steps, on both CPU drivers."""
     from iree_limits.dispatch_result_as_loop_init import f, unrolled
 
-    module = whilst.compile(jax.grad(f), f32(1.0), cache=False)
+    module = whilst.compile(jax.grad(f), f32(1.0))
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     for driver in ("local-sync", "local-task"):
         run = module.load(driver)
