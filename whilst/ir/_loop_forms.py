@@ -148,13 +148,16 @@ class PredicatedLoop(LoopEmitter):
         return count, x
 
     A counted loop needs neither `count` nor `go`: its test is on i and the bound,
-    in the cond region, and its counter min(i, bound).
+    in the cond region, and its counter min(i, bound). Neither does a loop of one
+    step per iteration under `jax.jit`, whose cond region tests `i < bound and
+    cond(i, x)` (the carried `go` is for IREE: `_while_lowering.py`).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         reads_carry = any(_carries_read(self.cond_jaxpr, len(self.cond_consts)))
-        self.rotated = not self.counted and (self.k > 1 or reads_carry)
+        exported = self.ctx.module_context.lowering_parameters.for_export
+        self.rotated = not self.counted and (self.k > 1 or (reads_carry and exported))
         self.count_carried = self.k > 1 and not self.counted
 
     def after_loop(self, i, results, stacks):

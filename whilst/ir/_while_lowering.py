@@ -26,11 +26,14 @@ last row, where nothing reads them; the last steps' chunk is written only if one
 them runs (it may start past the stacks' end). Rows of symbolic shape move one by
 one, in the forms of `iree_forms/_symbolic_indexing.py` (a scatter or gather each).
 
-A cond that reads the carry is evaluated at the end of the body and carried as a
-boolean (the cond region only returns it):
-IREE 3.13 crashes (ScfWhileOpConversion) on loops whose cond region reads a value
-the body computed from a tensor, the usual shape of convergence tests. Loops whose
-cond reads only the counter (gradient Whiles, bounds) keep the plain shape.
+Exported, a cond that reads the carry is evaluated at the end of the body and
+carried as a boolean (the cond region only returns it): IREE 3.13 crashes
+(ScfWhileOpConversion) on loops whose cond region reads a value the body computed
+from a tensor, the usual shape of convergence tests. Loops whose cond reads only
+the counter (gradient Whiles, bounds), and every loop of one step per iteration
+under `jax.jit`, keep the plain shape: XLA's search for a loop's induction
+variable, which several of its passes run, follows a carried boolean through the
+whole body (nested loops included) each time.
 """
 from __future__ import annotations
 
