@@ -270,19 +270,17 @@ def test_strongly_typed_loop_var_keeps_its_dtype_or_fails():
                           [np.int32(0)])
 
 
-def _while_operand_types(module):
-    """The operand types of each `stablehlo.while` in `module` (jax's MLIR bindings)."""
-    from jax._src.interpreters import mlir
 
-    found = []
+def _while_operand_types(stablehlo_text):
+    """The operand types of each `stablehlo.while` in a module's text."""
+    from iree.compiler import ir
+    from whilst.lowering._ir_walk import ops_where
 
-    def visit(op):
-        if op.operation.name == "stablehlo.while":
-            found.append([str(v.type) for v in op.operation.operands])
-        return mlir.ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(stablehlo_text)  # alive while its ops are read
+        return [[str(v.type) for v in op.operands]
+                for op in ops_where(module, lambda op: op.name == "stablehlo.while")]
 
 
 def test_a_cond_reading_the_carry_is_tested_in_the_cond_region_under_jit():
@@ -290,19 +288,14 @@ def test_a_cond_reading_the_carry_is_tested_in_the_cond_region_under_jit():
     variable search would otherwise follow a carried boolean through the body);
     exported, the test is carried as a boolean (for IREE 3.13: _while_lowering.py)
     beside the count of steps its unrolled iterations took."""
-    from jax._src.interpreters import mlir
-
     def f(y):
         return whilst.while_loop(lambda y: jnp.sum(y) < 50.0, lambda y: y * 1.5 + 0.1, [y])
 
     y = jnp.ones(3, jnp.float32)
     lowered = jax.jit(f).lower(y)
-    assert _while_operand_types(lowered.compiler_ir("stablehlo")) == [
-        ["tensor<i32>", "tensor<3xf32>"]]
-    with mlir.make_ir_context() as context:
-        exported = mlir.ir.Module.parse(whilst.export(f, y).text, context=context)
-        (types,) = _while_operand_types(exported)
-        assert "tensor<i1>" in types
+    assert _while_operand_types(lowered.as_text()) == [["tensor<i32>", "tensor<3xf32>"]]
+    (types,) = _while_operand_types(whilst.export(f, y).text)
+    assert "tensor<i1>" in types
     want = np.ones(3, np.float32)
     while want.sum() < 50.0:
         want = want * np.float32(1.5) + np.float32(0.1)
