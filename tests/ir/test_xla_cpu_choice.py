@@ -70,6 +70,33 @@ def test_effects_are_refused():
         xla_cpu_choice(printed, lambda x: [x], jnp.float32(1.0))
 
 
+def test_jit_traces_no_portable_form_and_each_xla_cpu_form_once():
+    """The portable form is traced when first read: lowering for XLA:CPU traces each
+    XLA:CPU form of choices nested in both forms once, and no portable form (traced
+    eagerly, a choice nested k deep would be traced 2^k times); an export reads them."""
+    traced = []
+
+    def nested(depth):
+        if depth == 0:
+            return lambda x: [x + 1.0]
+
+        def form(name):
+            def traced_form(x):
+                traced.append((name, depth))
+                return nested(depth - 1)(x)
+            return traced_form
+        return lambda x: xla_cpu_choice(form("xla_cpu"), form("portable"), x)
+
+    def g(x):
+        return nested(3)(x)[0] * 2.0
+
+    lowered = jax.jit(g).lower(XF)
+    assert traced == [("xla_cpu", 3), ("xla_cpu", 2), ("xla_cpu", 1)]
+    np.testing.assert_allclose(lowered.compile()(XF), (XF + 1.0) * 2.0)
+    whilst.export(g, XF)
+    assert {("portable", 3), ("portable", 2), ("portable", 1)} <= set(traced)
+
+
 def test_checkify_checks_float_choices_and_keeps_integer_ones():
     """Checkified, a choice over floats is its portable form with that form's checks;
     one over integers only (whilst's checkpoint schedules) stays a choice, unchecked,

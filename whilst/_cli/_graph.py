@@ -13,9 +13,10 @@ import dataclasses
 import html
 import textwrap
 
-from jax.extend.core import Literal, jaxprs_in_params
+from jax.extend.core import Literal
 
 from whilst.ir import UNBOUNDED, functional_while_p
+from whilst.ir._tracing import jaxprs_in_params
 
 WIDTH = 860
 MARGIN = 20

@@ -6,9 +6,10 @@ import dataclasses
 
 import jax
 import numpy as np
-from jax.extend.core import ClosedJaxpr, Jaxpr, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Jaxpr
 
 from whilst.ir._functional_while import functional_while_p
+from whilst.ir._tracing import jaxprs_in_params
 from whilst.ir._xla_cpu_choice import xla_cpu_forms
 from whilst.ir.reverse._policy import ChunkedLoop
 

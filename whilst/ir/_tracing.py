@@ -6,14 +6,15 @@ hoisting closed-over tracers to explicit inputs, so this module wraps the two
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from jax import lax
 from jax.core import AbstractValue, ShapedArray, eval_jaxpr
 from jax.extend import linear_util as lu
-from jax.extend.core import ClosedJaxpr
+from jax.extend.core import ClosedJaxpr, Jaxpr
+from jax.extend.core import jaxprs_in_params as _jax_jaxprs_in_params
 from jax.interpreters import partial_eval as pe
 
 from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
@@ -49,6 +50,50 @@ def trace_closed(fn: Callable, avals: Sequence[AbstractValue],
     wrapped = lu.wrap_init(lambda *a: list(fn(*a)), debug_info=_debug_info(name, fn, avals))
     jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(wrapped, list(avals))
     return ClosedJaxpr(jaxpr, consts)
+
+
+class TracedWhenRead:
+    """A closed jaxpr traced the first time `closed` is read: `make()`'s, where
+    `make` traces (`trace_closed`) functions that close over concrete values only.
+
+    For a second form of the same code that a program's lowering often does not
+    pick. It is not a `ClosedJaxpr`, so that the walks over every sub-jaxpr of a
+    jaxpr (JAX's before lowering, whilst's own counts) leave it untraced."""
+    __slots__ = ("_make", "_closed")
+
+    def __init__(self, make: Callable[[], ClosedJaxpr]):
+        self._make, self._closed = make, None
+
+    @classmethod
+    def of(cls, fn: Callable, avals: Sequence[AbstractValue], name: str) -> TracedWhenRead:
+        """`trace_closed(fn, avals, name)`, traced when read."""
+        return cls(lambda: trace_closed(fn, avals, name))
+
+    @property
+    def closed(self) -> ClosedJaxpr:
+        if self._closed is None:
+            self._closed, self._make = self._make(), None
+        return self._closed
+
+    def map(self, rewrite: Callable[[ClosedJaxpr], ClosedJaxpr]) -> TracedWhenRead:
+        """`rewrite(self.closed)`, traced when read; `self` where it is traced already
+        and `rewrite` returns it unchanged."""
+        if self._closed is None:
+            return TracedWhenRead(lambda: rewrite(self.closed))
+        rewritten = rewrite(self._closed)
+        return self if rewritten is self._closed else TracedWhenRead(lambda: rewritten)
+
+    def __repr__(self):
+        return repr(self._closed) if self._closed is not None else "<traced when read>"
+
+
+def jaxprs_in_params(params: dict) -> Iterator[Jaxpr]:
+    """The jaxprs in an equation's `params`, as JAX's `jaxprs_in_params`, and those
+    `TracedWhenRead` holds (traced now)."""
+    yield from _jax_jaxprs_in_params(params)
+    for value in params.values():
+        if isinstance(value, TracedWhenRead):
+            yield value.closed.jaxpr
 
 
 def call(jaxpr: ClosedJaxpr, *args) -> list:

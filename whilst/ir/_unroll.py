@@ -12,11 +12,12 @@ because they decide how its residual stacks are laid out (`reverse/_stored.py`).
 from __future__ import annotations
 
 import numpy as np
-from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxprs_in_params
+from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._functional_while import functional_while_p
 from whilst.ir._gpu_export import for_gpu, scaled
+from whilst.ir._tracing import jaxprs_in_params
 from whilst.ir.iree_forms._onehot import onehot_indexing
 
 MAX_UNROLL = 64

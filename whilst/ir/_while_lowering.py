@@ -37,7 +37,7 @@ whole body (nested loops included) each time.
 """
 from __future__ import annotations
 
-from jax.extend.core import Literal, jaxprs_in_params
+from jax.extend.core import Literal
 from jax.extend.mlir.dialects import stablehlo as hlo
 
 from whilst.ir._counted_loops import counted_loops_unrolled
@@ -45,6 +45,7 @@ from whilst.ir._emit_ops import subcomp
 from whilst.ir._functional_while import split_operands
 from whilst.ir._loop_forms import loop_form
 from whilst.ir._stacks import pushed_rows, split_pops
+from whilst.ir._tracing import jaxprs_in_params
 from whilst.ir.reverse._policy import Checkpointed, over_chunks
 from whilst.ir._trip_count import counter_trips, integer_strides
 from whilst.ir._unroll import MAX_UNROLL, unroll_factor, unrolled_scans

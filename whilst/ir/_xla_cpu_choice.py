@@ -32,7 +32,7 @@ from jax.interpreters import ad, batching, mlir
 from whilst._jax_compat import (
     NamedAxisEffect, apply_primitive, checkify_jaxpr, def_error_check, jvp_jaxpr, split_list)
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
-from whilst.ir._tracing import call, trace_closed
+from whilst.ir._tracing import TracedWhenRead, call, trace_closed
 
 xla_cpu_choice_p = Primitive("xla_cpu_choice")
 xla_cpu_choice_p.multiple_results = True
@@ -49,24 +49,26 @@ def xla_cpu_choice(xla_cpu, portable, *args) -> list:
     return bind_choice(choice_forms(xla_cpu, portable, [jax.typeof(x) for x in args]), *args)
 
 
-def choice_forms(xla_cpu, portable, avals) -> tuple[ClosedJaxpr, ClosedJaxpr]:
-    """The two forms of `xla_cpu_choice(xla_cpu, portable, *args)` traced for
-    arguments of `avals`, for `bind_choice` (code that makes the same choice
-    many times traces it once).
+def choice_forms(xla_cpu, portable, avals) -> tuple[ClosedJaxpr, TracedWhenRead]:
+    """The two forms of `xla_cpu_choice(xla_cpu, portable, *args)` for arguments
+    of `avals`, for `bind_choice` (code that makes the same choice many times
+    traces it once): the XLA:CPU form traced, the portable one traced when read.
+    Nested choices would otherwise trace each level's forms twice per level
+    above it. The forms compute the same, effects included: the XLA:CPU form's
+    are checked.
 
     Raises:
-      TypeError: a form has effects (see `xla_cpu_choice`).
+      TypeError: the XLA:CPU form has effects (see `xla_cpu_choice`).
     """
-    jaxprs = tuple(trace_closed(fn, avals, name) for fn, name in
-                   [(xla_cpu, "xla_cpu_form"), (portable, "portable_form")])
-    effects = {e for j in jaxprs for e in j.effects if not isinstance(e, NamedAxisEffect)}
+    xla_cpu = trace_closed(xla_cpu, avals, "xla_cpu_form")
+    effects = {e for e in xla_cpu.effects if not isinstance(e, NamedAxisEffect)}
     if effects:
         raise TypeError(f"xla_cpu_choice: forms without effects only; found {effects}. "
                         f"Call the portable form alone.")
-    return jaxprs
+    return xla_cpu, TracedWhenRead.of(portable, avals, "portable_form")
 
 
-def bind_choice(forms: tuple[ClosedJaxpr, ClosedJaxpr], *args) -> list:
+def bind_choice(forms: tuple[ClosedJaxpr, TracedWhenRead], *args) -> list:
     """`xla_cpu_choice` of the forms `choice_forms` traced, on `args` of its avals."""
     xla_cpu, portable = forms
     return xla_cpu_choice_p.bind(*args, xla_cpu=xla_cpu, portable=portable)
@@ -74,10 +76,10 @@ def bind_choice(forms: tuple[ClosedJaxpr, ClosedJaxpr], *args) -> list:
 
 def xla_cpu_choice_jvp(primals, tangents, *, xla_cpu, portable):
     nonzeros = [type(t) is not ad.Zero for t in tangents]
-    zeros = [ad.Zero(a.to_tangent_aval()) for a in portable.out_avals]
+    zeros = [ad.Zero(a.to_tangent_aval()) for a in xla_cpu.out_avals]
     if not any(nonzeros):
         return xla_cpu_choice_p.bind(*primals, xla_cpu=xla_cpu, portable=portable), zeros
-    jvp, out_nonzeros = jvp_jaxpr(portable, nonzeros, instantiate=False)
+    jvp, out_nonzeros = jvp_jaxpr(portable.closed, nonzeros, instantiate=False)
     out, nonzero_tangents = split_list(
         call(jvp, *primals, *[t for t, nz in zip(tangents, nonzeros) if nz]),
         [len(zeros)])
@@ -86,15 +88,16 @@ def xla_cpu_choice_jvp(primals, tangents, *, xla_cpu, portable):
 
 
 def xla_cpu_choice_batching(args, dims, *, xla_cpu, portable):
-    forms = [jax.vmap(partial(call, j), in_axes=tuple(dims)) for j in (xla_cpu, portable)]
-    out = xla_cpu_choice(*forms, *args)
+    batched_xla_cpu = jax.vmap(partial(call, xla_cpu), in_axes=tuple(dims))
+    batched_portable = jax.vmap(lambda *a: call(portable.closed, *a), in_axes=tuple(dims))
+    out = xla_cpu_choice(batched_xla_cpu, batched_portable, *args)
     return out, [0] * len(out)
 
 
 def xla_cpu_choice_error_check(ctx, error, enabled_errors, *args, xla_cpu, portable):
-    if not any(map(_inexact, [*portable.in_avals, *portable.out_avals])):
+    if not any(map(_inexact, [*xla_cpu.in_avals, *xla_cpu.out_avals])):
         return error, xla_cpu_choice_p.bind(*args, xla_cpu=xla_cpu, portable=portable)
-    return checkify_jaxpr(ctx, portable, enabled_errors, error, *args)
+    return checkify_jaxpr(ctx, portable.closed, enabled_errors, error, *args)
 
 
 def _inexact(aval) -> bool:
@@ -103,12 +106,12 @@ def _inexact(aval) -> bool:
 
 xla_cpu_choice_p.def_impl(lambda *args, **params: apply_primitive(
     xla_cpu_choice_p, *args, **params))
-xla_cpu_choice_p.def_abstract_eval(lambda *avals, xla_cpu, portable: portable.out_avals)
+xla_cpu_choice_p.def_abstract_eval(lambda *avals, xla_cpu, portable: xla_cpu.out_avals)
 ad.primitive_jvps[xla_cpu_choice_p] = xla_cpu_choice_jvp
 batching.primitive_batchers[xla_cpu_choice_p] = xla_cpu_choice_batching
 def_error_check(xla_cpu_choice_p, xla_cpu_choice_error_check)
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
-    lambda *args, xla_cpu, portable: call(portable, *args), multiple_results=True))
+    lambda *args, xla_cpu, portable: call(portable.closed, *args), multiple_results=True))
 mlir.register_lowering(xla_cpu_choice_p, mlir.lower_fun(
     lambda *args, xla_cpu, portable: call(xla_cpu, *args), multiple_results=True),
     platform="cpu")
@@ -120,9 +123,13 @@ def _forms(jaxpr, form: str):
     when it has none."""
     def inline(eqn):
         if eqn.primitive is xla_cpu_choice_p:
-            return lambda *args, **forms: call(_forms(forms[form], form), *args)
+            return lambda *args, **forms: call(_forms(_closed(forms[form]), form), *args)
         return None
     return rewrite_equations(jaxpr, into_control_flow(inline), f"{form}_forms")
+
+
+def _closed(form) -> ClosedJaxpr:
+    return form.closed if isinstance(form, TracedWhenRead) else form
 
 
 def portable_forms(jaxpr):

@@ -53,7 +53,8 @@ def selected_schedule(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 
 def _schedule_call(eqn):
     if eqn.primitive is xla_cpu_choice_p:
-        forms = {k: selected_schedule(v) for k, v in eqn.params.items()}
+        forms = dict(xla_cpu=selected_schedule(eqn.params["xla_cpu"]),
+                     portable=eqn.params["portable"].map(selected_schedule))
         if all(forms[k] is v for k, v in eqn.params.items()):
             return None
         return lambda *args, **params: xla_cpu_choice_p.bind(*args, **forms)

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.extend.core import jaxprs_in_params
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_constant_shape, linearize_jaxpr, split_list
 from whilst.ir._functional_while import split_operands
-from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._tracing import COUNTER_AVAL, call, jaxprs_in_params, trace_closed
 from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._policy import Inlined, stores_every_step
 
