@@ -85,8 +85,9 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     policies = [e.params["gradient"] for e in iter_loops(second)]
     # the one While over chunks is the first derivative's, run as it is
     assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [262016]
-    # 61 loops when each started a budget of its own, 35 now (both forms of choices)
-    assert len(policies) == 35 and sum(isinstance(p, Checkpointed) for p in policies) == 6
+    # 61 loops when each started a budget of its own; 32 now (both forms of choices,
+    # the XLA:CPU form of a checkpointed gradient While stepping forwards in one branch)
+    assert len(policies) == 32 and sum(isinstance(p, Checkpointed) for p in policies) == 6
 
 
 def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():

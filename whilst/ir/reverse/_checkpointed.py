@@ -401,18 +401,30 @@ class _Reversal:
             state, xs = turned(cur, h, steps, order, slots, K)
             return state, xs, ct, [a + c for a, c in zip(acc, ct_c)]
 
+        def advanced(state):
+            return state + np.array([1, 0, 0, 0, 0], np.int32)
+
+        def stored(state):
+            # Step cur + 1 is the planned one, stored: re-plan from it.
+            return schedule_state(state[0] + 1, state[1], state[3] + 1, order, K)
+
         def advance(state, steps, slots, operand, ct, acc):
-            return state + np.array([1, 0, 0, 0, 0], np.int32), step(operand)[0], ct, acc
+            return advanced(state), step(operand)[0], ct, acc
 
         def advance_and_store(state, steps, slots, operand, ct, acc):
-            # Step cur + 1 is the planned one, stored: re-plan from it.
-            return (schedule_state(state[0] + 1, state[1], state[3] + 1, order, K),
-                    step(operand)[0], ct, acc)
+            return stored(state), step(operand)[0], ct, acc
+
+        def advance_xla_cpu(state, steps, slots, operand, ct, acc):
+            # One branch steps forwards: the step's code once (a body holding
+            # loops would otherwise compile its loops once more).
+            return lax.cond(store, stored, advanced, state), step(operand)[0], ct, acc
 
         which = jnp.where(turn, 0, jnp.where(store, 2, 1))
+        branches = [reverse, advance, advance_and_store]
+        if xla_cpu:
+            which, branches = jnp.minimum(which, 1), [reverse, advance_xla_cpu]
         state, xs, ct, acc = schedule_branch(lambda which, *operands: lax.switch(
-            which, [reverse, advance, advance_and_store], *operands))(
-                which, state, steps, slots, operand, ct, acc)
+            which, branches, *operands))(which, state, steps, slots, operand, ct, acc)
         if xla_cpu:   # the switch's xs: the stored step when `store`
             slots = [write_slot(s, store_slot, x, store) for s, x in zip(slots, xs)]
         given, zero_started = partition_list(zero_ct, ct)
