@@ -410,6 +410,37 @@ def test_nested_unbounded_loops():
         np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("memory", [512, 2048])
+def test_nested_loop_in_chunks_past_the_first(memory):
+    """An outer loop in chunks of 2 (512 bytes) or 9 (2048) steps whose body holds a
+    loop: under jax.jit its gradient While reverses the last chunk in its first
+    trip, from the forward's stacks; eagerly the last chunk's gradient runs first.
+    Trip counts from 0 to 10 chunks."""
+    def f(x, a, n):
+        def outer_body(i, x):
+            _, y = whilst.while_loop(lambda j, y: j <= i % 3,
+                                     lambda j, y: (j + 1, jnp.sin(y) * a + x), [0, x],
+                                     maximum_iterations=3)
+            return i + 1, y * 0.9
+        return jnp.sum(whilst.while_loop(lambda i, x: i < n, outer_body, [0, x],
+                                         gradient_memory=memory)[1])
+
+    def oracle(x, a, n):
+        for i in range(n):
+            y = x
+            for _ in range(i % 3 + 1):
+                y = jnp.sin(y) * a + x
+            x = y * 0.9
+        return jnp.sum(x)
+
+    jitted = jax.jit(jax.grad(f, (0, 1)))
+    for n in [0, 1, 3, 7, 20]:
+        want = jax.grad(oracle, (0, 1))(X, W, n)
+        for got in [jitted(X, W, n), jax.grad(f, (0, 1))(X, W, n)]:
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
 def test_data_dependent_stop_with_no_bound():
     # The trip count depends on the data only; the forward tests cond between chunks.
     def f(x):

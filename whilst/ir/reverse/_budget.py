@@ -53,10 +53,13 @@ again where they hold values the primal does not compute, such as `cos(x)` for
 `sin(x)`). The forward While writes every chunk's rows where rows take no such
 computation (the step's own output, or none), for a body with effects (a
 `jax.debug.callback` runs once per step forwards), and for a body holding loops
-(its chunk loop's copies would multiply with the nesting). Eagerly (no
-jax.jit), where each op is a program of its own, the forward's stacks are made in
-the forward While's program and the gradient While pushes: a While given stacks
-made by another program copies them whole.
+(its chunk loop's copies would multiply with the nesting); the gradient While
+of such a body starts at the last chunk, `fine = last + 1`, and its first trip
+recomputes no step but reverses that chunk from the forward's stacks, so that
+the chunk's stored gradient, its loops' gradients included, is compiled once.
+Eagerly (no jax.jit), where each op is a program of its own, the forward's
+stacks are made in the forward While's program and the gradient While pushes:
+a While given stacks made by another program copies them whole.
 
 A loop that ends within its first chunk runs one chunk forwards and its stored
 gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
@@ -165,6 +168,12 @@ class _Chunks:
         (`cos(x)` for `sin(x)`; not the step's own output, nor a linear step's none)."""
         live, _ = pe.dce_jaxpr(self.primal.jaxpr, [True] * len(self.primal.out_avals))
         return len(self.advance.jaxpr.eqns) < len(live.eqns)
+
+    @property
+    def holds_loops(self):
+        """Whether the body holds loops: their code would multiply with each copy of
+        the chunk's loops (and with each level of nesting)."""
+        return any(True for _ in iter_loops(self.body_jaxpr.jaxpr))
 
     @property
     def carry_avals(self):
@@ -392,8 +401,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         # "first" pays where rows cost computation of their own. A body holding loops
         # keeps one chunk loop: "first"'s three copies of it would multiply with each
         # level of nesting (HLO, and XLA's compile time).
-        nested = any(True for _ in iter_loops(body_jaxpr.jaxpr))
-        rows = "first" if chunks.rows_computed_apart and not nested else "every"
+        rows = "first" if chunks.rows_computed_apart and not chunks.holds_loops else "every"
         return xla_cpu_choice(form(rows), form("none"), *args)
 
     if all(map(is_concrete, primals)):
@@ -474,8 +482,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         it = iter(known)
         return [x if lin else next(it) for x, lin in zip(dconsts, linear)]
 
-    def body(carried, *args):
-        hc, iv, kd, (n,), (_,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
+    def body(carried, folded, *args):
+        hc, iv, kd, (n,), (i,), (state, steps, order), slots, xs, stacks, ct, acc = split_list(
             args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk if carried else 0, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
@@ -483,7 +491,10 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         length = jnp.minimum(np.int32(S), n - start)
         # Chunk cur, from the restored carry: its next carry, and its rows (read
         # only where it is reversed; written anyway: one loop less in the body).
-        x_next, stacks = chunks.recomputed(hc, start, length, xs, stacks)
+        # `folded`: the first trip reverses the last chunk, whose rows the
+        # forward's stacks hold.
+        x_next, stacks = chunks.recomputed(
+            hc, start, jnp.where(i == 0, 0, length) if folded else length, xs, stacks)
         ct, dc = chunks.gradient(jnp.where(turn, length, 0), iv, stacks, dconsts_with(kd), ct)
         acc = [a + d for a, d in zip(acc, [d for d, lin in zip(dc, linear) if lin])]
         store_next = cur + 1 == target    # never with turn: target < fine - 1
@@ -500,51 +511,79 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     def cond(n, i, state, *_):
         return [state[1] > 0]
 
-    # The forward's stacks hold the last chunk's rows: its stored gradient comes first.
-    last = jnp.maximum(c - 1, 0)
-    ct, dc = chunks.gradient(n - last * S, inv, stacks, dconsts, list(cts))
-    acc = [d for d, lin in zip(dc, linear) if lin]
+    zero_ct = [type(ct) is Zero for ct in cts]
+
+    def with_zeros(given):
+        it = iter(given)
+        return [ct if z else next(it) for ct, z in zip(cts, zero_ct)]
 
     def started(last, pos, *slots):
         state, steps, order, xs = schedule_start(last, pos, slots, K, branched=False)
         return [state, steps, order, *xs]
 
-    # The gradient While over chunks `last - 1, .., 0`. Its start (a sort and a
-    # restore) runs only where the loop ran past its first chunk; otherwise a state
-    # whose While takes no trip (`fine`, state[1], is 0). Under jax.jit the forward's
-    # stacks, read above, are then rewritten in place by each recomputed chunk.
-    def gradient_while(carried, last, pos, *args):
-        """The gradient While, `carried`: with the stacks in its carry, rewritten in
-        place by each recomputed chunk (XLA:CPU), else pushed anew (exported)."""
-        slots, consts, stacks, ct, acc = split_list(
-            list(args), [ncarry, nh + ninv + nk + 1, nstk, nct])
-        avals = jax.eval_shape(started, last, pos, *slots)
-        state0, steps, order, *x0 = lax.cond(
-            last > 0, started,
-            lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
-            last, pos, *slots)
-        carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
+    def run_while(carried, folded, consts, carry0):
         const_avals, carry_avals = ([jax.typeof(x) for x in xs] for xs in (consts, carry0))
         _, *outs = functional_while(
             [consts[-1]], consts, np.int32(UNBOUNDED), carry0,
             cond_jaxpr=trace_closed(cond, [const_avals[-1], COUNTER_AVAL, *carry_avals],
                                     "budget_gradient_cond"),
-            body_jaxpr=trace_closed(functools.partial(body, carried),
+            body_jaxpr=trace_closed(functools.partial(body, carried, folded),
                                     [*const_avals, COUNTER_AVAL, *carry_avals],
                                     "budget_gradient_body"),
             static_bound=None, name=chunks.name, role="gradient",
             gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
         return outs[3 + 2 * ncarry + (nstk if carried else 0):]
 
-    args = [last, pos, *slots, *hoisted, *inv, *known, n, *stacks, *ct, *acc]
+    # The last chunk's stored gradient, then the gradient While over chunks
+    # `last - 1, .., 0`. Its start (a sort and a restore) runs only where the loop ran
+    # past its first chunk; otherwise a state whose While takes no trip (`fine`,
+    # state[1], is 0). Under jax.jit the forward's stacks, read first, are then
+    # rewritten in place by each recomputed chunk.
+    def gradient_while(carried, last, pos, *args):
+        """The gradient While, `carried`: with the stacks in its carry, rewritten in
+        place by each recomputed chunk (XLA:CPU), else pushed anew (exported)."""
+        slots, consts, stacks, given = split_list(list(args), [ncarry, nh + ninv + nk + 1, nstk])
+        _, iv, kd, (n,) = split_list(consts, [nh, ninv, nk])
+        # The forward's stacks hold the last chunk's rows: its stored gradient first.
+        ct, dc = chunks.gradient(n - last * S, iv, stacks, dconsts_with(kd), with_zeros(given))
+        acc = [d for d, lin in zip(dc, linear) if lin]
+        avals = jax.eval_shape(started, last, pos, *slots)
+        state0, steps, order, *x0 = lax.cond(
+            last > 0, started,
+            lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
+            last, pos, *slots)
+        carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
+        return run_while(carried, False, consts, carry0)
+
+    # A body holding loops, under jax.jit: the While over chunks `last, .., 0`, its
+    # first trip reversing the last chunk from the forward's stacks. The stored
+    # gradient's code (its loops' gradients) is then compiled once, not twice.
+    def folded_while(last, pos, *args):
+        slots, consts, stacks, given = split_list(list(args), [ncarry, nh + ninv + nk + 1, nstk])
+        ct = [vary(jnp.zeros(c.aval.shape, c.aval.dtype), varying(c.aval)) if z else c
+              for c, z in zip(with_zeros(given), zero_ct)]
+        acc = [vary(jnp.zeros(x.aval.shape, x.aval.dtype), varying(x.aval))
+               for x, lin in zip(dconsts, linear) if lin]
+        steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+        steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+        h = jnp.sum((pos <= last).astype(np.int32))    # the slots of chunks up to last
+        state0 = jnp.stack([last, last + 1, np.int32(-1), h, order[jnp.minimum(h, K - 1)]])
+        x0 = [vary(jnp.zeros(a.shape[1:], a.dtype), varying(a)) for a in map(jax.typeof, slots)]
+        carry0 = [state0.astype(np.int32), steps, order, *slots, *x0, *stacks, *ct, *acc]
+        return run_while(True, True, consts, carry0)
+
+    last = jnp.maximum(c - 1, 0)
+    args = [last, pos, *slots, *hoisted, *inv, *known, n, *stacks,
+            *[ct for ct, z in zip(cts, zero_ct) if not z]]
     if all(map(is_concrete, stacks)):
         # Eagerly (no jax.jit) the While is a program of its own: carrying the
         # forward's stacks, it would copy them whole (the budget, every page
         # touched); pushing, it writes the rows of the steps it runs only.
         outs = gradient_while(False, *args)
     else:
-        outs = xla_cpu_choice(functools.partial(gradient_while, True),
-                              functools.partial(gradient_while, False), *args)
+        xla_cpu = (folded_while if chunks.holds_loops
+                   else functools.partial(gradient_while, True))
+        outs = xla_cpu_choice(xla_cpu, functools.partial(gradient_while, False), *args)
     ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
