@@ -434,11 +434,17 @@ def test_nested_loop_in_chunks_past_the_first(memory):
         return jnp.sum(x)
 
     jitted = jax.jit(jax.grad(f, (0, 1)))
-    for n in [0, 1, 3, 7, 20]:
-        want = jax.grad(oracle, (0, 1))(X, W, n)
+    ns = [0, 1, 3, 7, 20]
+    wants = [jax.grad(oracle, (0, 1))(X, W, n) for n in ns]
+    for n, want in zip(ns, wants):
         for got in [jitted(X, W, n), jax.grad(f, (0, 1))(X, W, n)]:
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+    # each example its own trip count
+    batched = jax.jit(jax.vmap(jax.grad(f, (0, 1)), in_axes=(None, None, 0)))(
+        X, W, jnp.array(ns))
+    for g, w in zip(batched, map(np.stack, zip(*wants))):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
 
 
 def test_data_dependent_stop_with_no_bound():

@@ -560,8 +560,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     # gradient's code (its loops' gradients) is then compiled once, not twice.
     def folded_while(last, pos, *args):
         slots, consts, stacks, given = split_list(list(args), [ncarry, nh + ninv + nk + 1, nstk])
-        ct = [vary(jnp.zeros(c.aval.shape, c.aval.dtype), varying(c.aval)) if z else c
-              for c, z in zip(with_zeros(given), zero_ct)]
+        ct = [vary(jnp.zeros(c.aval.shape, c.aval.dtype), varying(c.aval))
+              if type(c) is Zero else c for c in with_zeros(given)]
         acc = [vary(jnp.zeros(x.aval.shape, x.aval.dtype), varying(x.aval))
                for x, lin in zip(dconsts, linear) if lin]
         steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
