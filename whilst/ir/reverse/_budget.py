@@ -87,7 +87,7 @@ from whilst.ir._buffers import uninitialized
 from whilst.ir._inspect import iter_loops
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
-    turned, with_level, write_slot)
+    slot_stack, turned, with_level, write_slot)
 from whilst.ir.reverse._policy import Budget, Checkpointed, ChunkedLoop, EveryStep
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step
 from whilst.ir._functional_while import (
@@ -564,8 +564,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
               if type(c) is Zero else c for c in with_zeros(given)]
         acc = [vary(jnp.zeros(x.aval.shape, x.aval.dtype), varying(x.aval))
                for x, lin in zip(dconsts, linear) if lin]
-        steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
-        steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+        steps, order = slot_stack(pos, K)
         h = jnp.sum((pos <= last).astype(np.int32))    # the slots of chunks up to last
         state0 = jnp.stack([last, last + 1, np.int32(-1), h, order[jnp.minimum(h, K - 1)]])
         x0 = [vary(jnp.zeros(a.shape[1:], a.dtype), varying(a)) for a in map(jax.typeof, slots)]

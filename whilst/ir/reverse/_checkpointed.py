@@ -245,12 +245,19 @@ def restored(fine, h, steps, order, slots, K, branched=True):
             [read_slot(s, top_slot) for s in slots])
 
 
+def slot_stack(pos, K):
+    """`(steps, order)`: the slots holding steps `pos` (EMPTY where free) as a stack,
+    earliest first: level l holds step `steps[l]` in slot `order[l]`, and `steps`
+    has a spare level K."""
+    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
+    return jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)]), order
+
+
 def schedule_start(fine, pos, slots, K, branched=True):
     """`(state, steps, order, xs)` that reverse steps `fine - 1, .., 0` from the
-    slots holding steps `pos` (EMPTY where free): those as a stack, earliest
-    first, and the state restored from the latest before `fine`."""
-    steps, order = lax.sort((pos, lax.iota(np.int32, K)), num_keys=1)
-    steps = jnp.concatenate([steps, jnp.full((1,), EMPTY, np.int32)])
+    slots holding steps `pos` (EMPTY where free): those as a stack (`slot_stack`),
+    and the state restored from the latest before `fine`."""
+    steps, order = slot_stack(pos, K)
     state, xs = restored(fine, jnp.sum((pos < fine).astype(np.int32)), steps, order, slots,
                          K, branched)
     return state, steps, order, xs
