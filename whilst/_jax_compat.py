@@ -68,6 +68,10 @@ from jax._src.random import threefry2x32 as _threefry2x32
 # the interpreter of sub-jaxprs are internal; jax 0.11 gave rules a CheckifyContext
 # (the next error code) as first argument, where jax 0.10.2 counts codes globally.
 from jax._src import checkify as _checkify
+# Which transformations trace a value (a budget shrinks under reverse mode of
+# reverse mode): tracers name their transformation only by their class.
+from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
+from jax._src.interpreters.batching import BatchTracer
 
 
 __all__ = [
@@ -76,7 +80,7 @@ __all__ = [
     "with_error_effects",
     "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
-    "join_effects", "jvp_jaxpr", "linearize_jaxpr", "lowered_as_function", "merge_lists",
+    "join_effects", "jvp_jaxpr", "linearization_depth", "linearize_jaxpr", "lowered_as_function", "merge_lists",
     "move_binders_to_back", "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits",
     "partition_list", "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting",
     "split_list", "threefry_rounds_unrolled", "trace_state_clean",
@@ -106,6 +110,16 @@ def linearize_jaxpr(jaxpr, nonzeros, instantiate=False, allow_fwds=True, *, is_v
     tangent = move_binders_to_back(
         tangent, [False] * len(in_fwd_res) + [True] * n_tangents + [False] * len(sres))
     return primal, len(ures) + len(sres), nzs_out, [*in_fwd_res, *[None] * len(sres)], tangent
+
+
+def linearization_depth(x) -> int:
+    """How many linearizations (`jax.linearize`, and the `jax.vjp` of `jax.grad`)
+    trace `x`, seen through the JVP and batching tracers around them."""
+    depth = 0
+    while isinstance(x, (LinearizeTracer, JVPTracer, BatchTracer)):
+        depth += isinstance(x, LinearizeTracer)
+        x = x.val if isinstance(x, BatchTracer) else x.primal
+    return depth
 
 
 def scan_known_hoisting(jaxpr_known, known_consts, num_res):

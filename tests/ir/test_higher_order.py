@@ -22,11 +22,11 @@ def cos_twice(x, **options):
                              **options)[1]
 
 
-def cos_twice_unbounded(x):
+def cos_twice_unbounded(x, **options):
     """The same loop counted by a float, whose trip count whilst does not read: the
     default budget's loops over chunks."""
     return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
-                             [0.0, x])[1]
+                             [0.0, x], **options)[1]
 
 
 def cos_twice_unrolled(x):
@@ -59,16 +59,17 @@ def test_derivatives_of_a_counted_loop_store_its_steps_in_memory_of_its_rows(ord
     assert temps[0] == temps[1] < 64 * 1024
 
 
-def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit():
-    grad2 = jax.grad(jax.grad(cos_twice_unbounded))
+@pytest.mark.parametrize("budget", [DEFAULT_GRADIENT_MEMORY, 4 * DEFAULT_GRADIENT_MEMORY])
+def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit(budget):
+    """XLA's temporaries keep to about the budget: the first derivative's chunks take
+    a 32nd of it under the second (they took 26 times the budget when a chunk's
+    rows filled it: the second derivative stores rows for each of its loops)."""
+    grad2 = jax.grad(jax.grad(functools.partial(cos_twice_unbounded, gradient_memory=budget)))
     want = jax.grad(jax.grad(cos_twice_unrolled))(1.0)
     np.testing.assert_allclose(grad2(1.0), want, rtol=1e-6)
     compiled = jax.jit(grad2).lower(1.0).compile()
     np.testing.assert_allclose(compiled(1.0), want, rtol=1e-6)
-    # The loops of the first derivative carry a chunk's stacks (the 1 MiB budget):
-    # the second keeps a few copies of them (the budget's loops keep only the
-    # copies of their carry that fit it), not 64.
-    assert compiled.memory_analysis().temp_size_in_bytes < 32 * DEFAULT_GRADIENT_MEMORY
+    assert compiled.memory_analysis().temp_size_in_bytes < 1.25 * budget
 
 
 def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
@@ -84,11 +85,43 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
     second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice_unbounded)))(1.0).jaxpr
     policies = [e.params["gradient"] for e in iter_loops(second)]
-    # the one While over chunks is the first derivative's, run as it is
-    assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [262016]
+    # the one While over chunks is the first derivative's, run as it is, its chunks
+    # of a 32nd of the budget: (2**15 - 64 slots * 8 bytes) / 4 bytes a row
+    assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [8064]
     # 61 loops when each started a budget of its own; 33 now (both forms of choices,
     # the XLA:CPU form of a checkpointed gradient While stepping forwards in one branch)
     assert len(policies) == 33 and sum(isinstance(p, Checkpointed) for p in policies) == 6
+
+
+def _chunk_steps(f, *args):
+    """The steps per chunk of each While over a budget's chunks in `f`'s jaxpr."""
+    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+    return {e.params["gradient"].chunk_steps for e in iter_loops(jaxpr)
+            if hasattr(e.params["gradient"], "chunk_steps")}
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_chunks_take_a_32nd_of_the_budget_per_further_reverse_derivative(batched):
+    """The linearize rule sees the next derivatives through the tracers of its
+    primals, under vmap too (inside or outside the second `jax.grad`)."""
+    xs = jnp.full(3, 0.9)
+
+    def first_of(f):
+        return jax.vmap(jax.grad(f)) if batched else jax.grad(f)
+
+    def second_of(f):
+        if batched:
+            return jax.grad(lambda x: jnp.sum(jax.vmap(jax.grad(f))(x * xs)))
+        return jax.grad(jax.grad(f))
+
+    def a_share(f, x, share):   # the checkpoints' copies take the rest of the share
+        [steps] = _chunk_steps(f, x)
+        return first // (2 * share) < steps <= first // share
+
+    [first] = _chunk_steps(first_of(cos_twice_unbounded), xs if batched else 0.9)
+    assert a_share(second_of(cos_twice_unbounded), 0.9, 32)
+    if batched:   # vmap outside every derivative
+        assert a_share(jax.vmap(jax.grad(jax.grad(cos_twice_unbounded))), xs, 32)
 
 
 def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
@@ -112,13 +145,14 @@ def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
 def test_third_derivative_of_an_unbounded_loop_under_jit():
     """TensorFlow's testIteratedGradients one order further, its loop counted by a
     float (no bound known): the third derivative compiles and matches. Its
-    temporaries (183 MiB, XLA's memory analysis) are the stacks of the loops that
-    store every step, S rows each, S the first derivative's chunk of a 1 MiB
-    budget: bounded, where it once asked for 4 GiB."""
+    temporaries (XLA's memory analysis) are the stacks of the loops that store every
+    step, S rows each, S the first derivative's chunk of a 1024th of the 1 MiB
+    budget: a few times the budget, where it once asked for 4 GiB (and 155 times
+    the budget with chunks of the whole budget)."""
     compiled = jax.jit(derivative(cos_twice_unbounded, 3)).lower(1.0).compile()
     want = jax.grad(jax.grad(jax.grad(cos_twice_unrolled)))(1.0)
     np.testing.assert_allclose(compiled(1.0), want, rtol=1e-5)
-    assert compiled.memory_analysis().temp_size_in_bytes < 256 * DEFAULT_GRADIENT_MEMORY
+    assert compiled.memory_analysis().temp_size_in_bytes < 4 * DEFAULT_GRADIENT_MEMORY
 
 
 def _unrolled_loop(cond, body, loop_vars):

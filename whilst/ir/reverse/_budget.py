@@ -66,7 +66,11 @@ gradient: the stored path, plus a zero-trip gradient While. `S` and `K` share
 the budget (`budget_split`): K copies of the carry take at most a quarter of
 it (2 <= K <= MAX_CHECKPOINTS), the stacks of S rows the rest. Where fewer than
 MIN_CHUNK_ROWS rows fit (or sizes are symbolic), each step is a chunk of its
-own: `_checkpointed.py` linearizes with K checkpoints and no stored rows.
+own: `_checkpointed.py` linearizes with K checkpoints and no stored rows. A loop
+linearized under more reverse-mode derivatives (higher orders) splits a 32nd of
+the budget per derivative: each next derivative stores every row of each of the
+chunk's loops, and copies of the Whiles over chunks as many as fit the whole
+budget (`ChunkedLoop.nbytes`), so that orders 2-4 keep to about the budget.
 """
 from __future__ import annotations
 
@@ -101,13 +105,21 @@ from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
 MIN_CHECKPOINTS, MAX_CHECKPOINTS = 2, 64
 MIN_CHUNK_ROWS = 2
+# A chunk's share of the budget per further reverse-mode derivative: the next
+# derivative stores the rows of each of its chunk's loops, some 26 times a
+# chunk's bytes in all (the issue's cos loop), in the budget's loops' copies.
+HIGHER_ORDER_SHARE = 32
 
 
-def budget_split(budget: int, carry_avals, steps: StepResiduals) -> tuple[int, int]:
+def budget_split(budget: int, carry_avals, steps: StepResiduals,
+                 linearizations: int = 0) -> tuple[int, int]:
     """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
     copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
     budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit, and S is at
-    most UNBOUNDED (a loop's most steps)."""
+    most UNBOUNDED (a loop's most steps). Under `linearizations` more reverse-mode
+    derivatives (the rule's primals are their tracers: `jax.grad(jax.grad(f))`),
+    both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`."""
+    budget //= HIGHER_ORDER_SHARE ** linearizations
     if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
         return 0, MAX_CHECKPOINTS // 4  # sizes unknown: checkpoints only
     carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)

@@ -12,14 +12,15 @@ policy (`_policy.py`)::
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
-        budget_linearize(...)                # _budget.py
+        budget_linearize(...)                # _budget.py, in a budget that shrinks
+                                             # under each further linearization
 """
 from __future__ import annotations
 
 import jax
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_constant_shape
+from whilst._jax_compat import is_constant_shape, linearization_depth
 from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
@@ -54,5 +55,6 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps)
+    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps,
+                                 max(map(linearization_depth, primals), default=0))
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)

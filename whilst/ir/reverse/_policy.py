@@ -9,6 +9,7 @@ A loop's policy is one frozen value, the `gradient` parameter of
         else:
             chunks of as many stored steps as fit, copies of the
             carry at chunk starts, each chunk recomputed once    (_budget.py)
+            (in nbytes / 32**d under d more reverse-mode derivatives)
     Checkpointed(K)           # `checkpoints=K`:
         if K >= maximum_iterations (the loop's static bound):
             store every step's residuals                         (_stored.py)
