@@ -2,13 +2,14 @@
 
 Loops: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one float, no
 `maximum_iterations` (its trip count, known at trace time, bounds it, and reverse mode
-inlines its two steps: straight-line derivatives), and the same loop counted by a
-float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks).
+inlines its two steps: straight-line derivatives), the same loop counted by a
+float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks),
+and a pair of the float-counted loops, one inside the other (`--loops pair`).
 For each loop and order k it builds `jax.grad` k times and prints, in this process:
 the seconds to trace and lower under `jax.jit`, to compile with XLA, and to run
 eagerly (a first call: trace, compile and run); the `stablehlo.while` ops of the
 lowered program; XLA's temporary bytes (`memory_analysis`); and the same program's
-trace-and-compile time with the loop unrolled in Python (`jnp.cos(jnp.cos(y))`),
+trace-and-compile time with the loops unrolled in Python (`jnp.cos(jnp.cos(y))`),
 with the ratio whilst / unrolled. Each derivative is checked against the unrolled
 one's.
 
@@ -23,7 +24,7 @@ seconds and call time of each, and their ratios (calls measured interleaved).
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
-    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float] [--iree]
+    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float pair] [--iree]
                                            [--json OUT.json]
 """
 from __future__ import annotations
@@ -49,11 +50,25 @@ def cos_twice_float(x):
                              [0.0, x])[1]
 
 
-LOOPS = {"int": cos_twice, "float": cos_twice_float}
-
-
 def cos_twice_unrolled(x):
     return jnp.cos(jnp.cos(x))
+
+
+def cos_pair(x):
+    """Two float-counted loops, one inside the other: two steps of `cos_twice_float`."""
+    return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, cos_twice_float(y)),
+                             [0.0, x])[1]
+
+
+def cos_pair_unrolled(x):
+    return cos_twice_unrolled(cos_twice_unrolled(x))
+
+
+LOOPS = {   # name: (the loop, the loop unrolled in Python)
+    "int": (cos_twice, cos_twice_unrolled),
+    "float": (cos_twice_float, cos_twice_unrolled),
+    "pair": (cos_pair, cos_pair_unrolled),
+}
 
 
 def counted(s):
@@ -97,8 +112,7 @@ def on_iree(loops, orders, x):
     of each derivative compiled by whilst.compile and run on IREE local-sync."""
     rows, results, calls, compile_s = [], [], {}, {}
     for loop, order in [(loop, order) for loop in loops for order in orders]:
-        for key, fn in [((loop, order), LOOPS[loop]), ((loop, order, "unrolled"),
-                                                       cos_twice_unrolled)]:
+        for key, fn in zip([(loop, order), (loop, order, "unrolled")], LOOPS[loop]):
             f = derivative(fn, order)
             module, compile_s[key] = timed(
                 lambda: whilst.compile(f, x, cache=False).load("local-sync"))
@@ -116,7 +130,7 @@ def on_iree(loops, orders, x):
                             unrolled_call_s=base_call))
     table("whilst.compile of jax.grad^k on IREE local-sync: the loop and the loop unrolled "
           "in Python (same process)",
-          ["counter", "order", "compile s", "unrolled compile s", "call", "unrolled call",
+          ["loop", "order", "compile s", "unrolled compile s", "call", "unrolled call",
            "compile ratio", "call ratio"], rows)
     return results
 
@@ -124,7 +138,7 @@ def on_iree(loops, orders, x):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=list(LOOPS))
+    parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=["int", "float"])
     parser.add_argument("--iree", action="store_true",
                         help="also compile and run each derivative on IREE local-sync")
     parser.add_argument("--json")
@@ -134,8 +148,7 @@ def main():
     jax.jit(jax.grad(cos_twice)).lower(x).compile()
     rows, results = [], []
     for loop, order in [(loop, order) for loop in opts.loops for order in opts.orders]:
-        f = derivative(LOOPS[loop], order)
-        oracle = derivative(cos_twice_unrolled, order)
+        f, oracle = (derivative(fn, order) for fn in LOOPS[loop])
         lowered, lower_s = timed(lambda: jax.jit(f).lower(x))
         compiled, compile_s = timed(lowered.compile)
         got_eager, eager_s = timed(lambda: jax.block_until_ready(f(x)))
@@ -151,9 +164,10 @@ def main():
                             eager_s=eager_s, whiles=whiles, temp_bytes=temp,
                             unrolled_s=unrolled_s, ratio=ratio))
         print(*rows[-1], flush=True)
-    table("jax.grad^k of the 2-step cos loop counted by an int or a float: whilst under "
-          "the default policy and the loop unrolled in Python (same process)",
-          ["counter", "order", "trace+lower s", "XLA compile s", "eager s", "whiles",
+    table("jax.grad^k of the 2-step cos loop counted by an int or a float, and of a pair "
+          "of them nested: whilst under the default policy and the loops unrolled in Python "
+          "(same process)",
+          ["loop", "order", "trace+lower s", "XLA compile s", "eager s", "whiles",
            "XLA temp", "unrolled jit s", "whilst/unrolled"], rows)
     nested_rows, nested = [], []
     for name, f in NESTED.items():

@@ -155,6 +155,25 @@ def test_third_derivative_of_an_unbounded_loop_under_jit():
     assert compiled.memory_analysis().temp_size_in_bytes < 4 * DEFAULT_GRADIENT_MEMORY
 
 
+def _cos_pair(loop):
+    """Two float-counted loops, one inside the other: the outer's two steps each run
+    the inner's two steps of `cos`."""
+    def inner(y):
+        return loop(lambda s, _: s < 2.0, lambda s, y: (s + 1.0, jnp.cos(y)), [0.0, y])[1]
+    return lambda x: loop(lambda t, _: t < 2.0, lambda t, x: (t + 1.0, inner(x) * 1.1),
+                          [0.0, x])[1]
+
+
+def test_second_derivative_of_nested_unbounded_loops_keeps_to_their_budgets():
+    """The inner loop's copies that the outer loop's first derivative traces (its
+    body's vjp in the gradient While among them) are differentiated again too, and
+    take a 32nd of their budget: with the whole budget, 38 MB of temporaries."""
+    compiled = jax.jit(derivative(_cos_pair(whilst.while_loop), 2)).lower(0.9).compile()
+    want = derivative(_cos_pair(_unrolled_loop), 2)(0.9)
+    np.testing.assert_allclose(compiled(0.9), want, rtol=1e-5)
+    assert compiled.memory_analysis().temp_size_in_bytes < 2 * DEFAULT_GRADIENT_MEMORY
+
+
 def _unrolled_loop(cond, body, loop_vars):
     """`helpers.unrolled` returning as `whilst.while_loop` does (one loop variable: it
     alone), so that one program definition serves both sides."""

@@ -6,6 +6,9 @@ hoisting closed-over tracers to explicit inputs, so this module wraps the two
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -17,11 +20,42 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 from jax.extend.core import jaxprs_in_params as _jax_jaxprs_in_params
 from jax.interpreters import partial_eval as pe
 
-from whilst._jax_compat import close_jaxpr, convert_constvars_jaxpr, debug_info
+from whilst._jax_compat import (
+    close_jaxpr, convert_constvars_jaxpr, debug_info, linearization_depth)
 from whilst.ir._vma import varying, vary
 
 COUNTER_AVAL = ShapedArray((), np.int32)  # the iteration counter every loop body receives
 PRED_AVAL = ShapedArray((), np.bool_)     # a loop's test
+
+
+# The reverse-mode derivatives still to come of the code being traced: a loop's
+# rule (or a gradient While's, tracing a body's vjp) differentiated d more times
+# traces its body's loops, which are differentiated d more times too.
+_LINEARIZATIONS_TO_COME = contextvars.ContextVar("linearizations_to_come", default=0)
+
+
+def linearizations_to_come() -> int:
+    return _LINEARIZATIONS_TO_COME.get()
+
+
+@contextlib.contextmanager
+def tracing_for(linearizations: int) -> Iterator[int]:
+    """Within: `linearizations_to_come()` is at least `linearizations`."""
+    token = _LINEARIZATIONS_TO_COME.set(max(linearizations, linearizations_to_come()))
+    try:
+        yield linearizations_to_come()
+    finally:
+        _LINEARIZATIONS_TO_COME.reset(token)
+
+
+def tracing_for_operands(rule: Callable) -> Callable:
+    """`rule(first, *operands, **params)` (a transpose rule, `first` its
+    cotangents) run `tracing_for` the linearizations that trace its operands."""
+    @functools.wraps(rule)
+    def traced_for_operands(first, *operands, **params):
+        with tracing_for(max(map(linearization_depth, operands), default=0)):
+            return rule(first, *operands, **params)
+    return traced_for_operands
 
 
 def _debug_info(name: str, fn: Callable, avals: Sequence[AbstractValue]):
@@ -59,10 +93,11 @@ class TracedWhenRead:
     For a second form of the same code that a program's lowering often does not
     pick. It is not a `ClosedJaxpr`, so that the walks over every sub-jaxpr of a
     jaxpr (JAX's before lowering, whilst's own counts) leave it untraced."""
-    __slots__ = ("_make", "_closed")
+    __slots__ = ("_make", "_closed", "_to_come")
 
     def __init__(self, make: Callable[[], ClosedJaxpr]):
         self._make, self._closed = make, None
+        self._to_come = linearizations_to_come()   # traced later as if now
 
     @classmethod
     def of(cls, fn: Callable, avals: Sequence[AbstractValue], name: str) -> TracedWhenRead:
@@ -72,7 +107,8 @@ class TracedWhenRead:
     @property
     def closed(self) -> ClosedJaxpr:
         if self._closed is None:
-            self._closed, self._make = self._make(), None
+            with tracing_for(self._to_come):
+                self._closed, self._make = self._make(), None
         return self._closed
 
     def map(self, rewrite: Callable[[ClosedJaxpr], ClosedJaxpr]) -> TracedWhenRead:

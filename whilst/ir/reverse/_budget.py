@@ -98,7 +98,7 @@ from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
-from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
 from whilst.ir._unroll import nbytes, unroll_factor
 from whilst.ir._vma import varying, vary
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
@@ -605,4 +605,4 @@ budget_linear_while_p.def_abstract_eval(
     lambda *avals, chunks, carry_nz, **_: [
         a.to_tangent_aval() for a, nz in zip(chunks.carry_avals, carry_nz) if nz])
 def_by_expansion(budget_linear_while_p, expand_budget_linear_while)
-ad.primitive_transposes[budget_linear_while_p] = budget_linear_while_transpose
+ad.primitive_transposes[budget_linear_while_p] = tracing_for_operands(budget_linear_while_transpose)

@@ -76,7 +76,7 @@ from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
 from whilst.ir.iree_forms._selected_branches import schedule_branch, selected_schedule
-from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
 from whilst.ir._vma import varying, with_varying
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
@@ -451,4 +451,4 @@ checkpointed_linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
         a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
 def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
-ad.primitive_transposes[checkpointed_linear_while_p] = checkpointed_linear_while_transpose
+ad.primitive_transposes[checkpointed_linear_while_p] = tracing_for_operands(checkpointed_linear_while_transpose)

@@ -28,14 +28,23 @@ from whilst.ir.reverse._inlined import inlined_linearize
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
 from whilst.ir.reverse._policy import Checkpointed, Inlined, stores_every_step
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
+from whilst.ir._tracing import tracing_for
 
 
 def functional_while_linearization(is_vjp, nzs, *primals, **params):
+    """The rule, for a loop differentiated in reverse mode as many more times as
+    linearizations trace its primals or the code around it (`tracing_for`)."""
+    with tracing_for(max(map(linearization_depth, primals), default=0)) as to_come:
+        return _linearization(to_come, is_vjp, nzs, *primals, **params)
+
+
+def _linearization(to_come, is_vjp, nzs, *primals, **params):
+    """The rule, for a loop differentiated `to_come` more times in reverse mode."""
     if StackParams.of(params).any:
         operands, new_params = explicit_form(primals, params)
         new_stacks = operands[len(operands) - params["accumulators"]:]
-        out, out_nz, residuals, linearized = functional_while_linearization(
-            is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
+        out, out_nz, residuals, linearized = _linearization(
+            to_come, is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),
             *operands, **new_params)
         stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
         return out, out_nz, residuals, lambda res, *t: linearized(
@@ -55,6 +64,5 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps,
-                                 max(map(linearization_depth, primals), default=0))
+    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)

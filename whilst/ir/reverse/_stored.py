@@ -67,7 +67,7 @@ from whilst.ir._functional_while import (
 from whilst.ir.reverse._packing import RowPacking
 from whilst.ir.reverse._policy import EveryStep
 from whilst.ir._stacks import pushed_rows, read_rows
-from whilst.ir._tracing import always_true, call, trace_closed
+from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
 from whilst.ir._unroll import nbytes, unroll_factor
 
 
@@ -167,7 +167,7 @@ def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
 linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, **_: list(body_jaxpr.out_avals))
 def_by_expansion(linear_while_p, expand_linear_while)
-ad.primitive_transposes[linear_while_p] = linear_while_transpose
+ad.primitive_transposes[linear_while_p] = tracing_for_operands(linear_while_transpose)
 
 
 # ------------------------------------------------- linearizing the functional While
