@@ -465,8 +465,8 @@ def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_n
         operands, chunks, const_nz, nconsts, nhoisted)
     return expand_checkpointed_linear_while(
         n, pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=chunks.body_jaxpr,
-        checkpoints=checkpoints, const_nz=const_nz, carry_nz=carry_nz, name=chunks.name,
-        schedule_selected=False)
+        checkpoints=checkpoints, nbytes=None, const_nz=const_nz, carry_nz=carry_nz,
+        name=chunks.name, schedule_selected=False)
 
 
 # ------------------------------------------------------------- the gradient While
@@ -543,7 +543,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
                                     [*const_avals, COUNTER_AVAL, *carry_avals],
                                     "budget_gradient_body"),
             static_bound=None, name=chunks.name, role="gradient",
-            gradient=Checkpointed(K, nbytes=chunks.policy.nbytes))
+            gradient=Checkpointed(K, nbytes=chunks.policy.nbytes, over_chunks=True))
         return outs[3 + 2 * ncarry + (nstk if carried else 0):]
 
     # The last chunk's stored gradient, then the gradient While over chunks

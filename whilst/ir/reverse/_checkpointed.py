@@ -68,7 +68,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
+from whilst._jax_compat import (
+    is_constant_shape, jvp_jaxpr, merge_lists, partition_list, split_list)
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir.reverse._policy import Checkpointed
@@ -77,6 +78,7 @@ from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
 from whilst.ir.iree_forms._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
+from whilst.ir._unroll import nbytes as aval_nbytes
 from whilst.ir._vma import varying, with_varying
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
@@ -92,9 +94,22 @@ def write_slot(buf, k, x, when):
 
 # ------------------------------------------------------------- (a) the forward While
 
+def built_policy(K: int, nbytes: int | None, carry_avals) -> Checkpointed:
+    """The policy of a While built here for a loop kept in K copies: differentiated
+    again, it keeps the copies of its carry that fit `nbytes` (the loop's, the same
+    at every order), or K copies of its own carry where the loop has none
+    (`_policy.py`)."""
+    if nbytes is None and all(is_constant_shape(a.shape) for a in carry_avals):
+        nbytes = K * sum(map(aval_nbytes, carry_avals))
+    return Checkpointed(K, nbytes=nbytes)
+
+
 def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
-                           body_nconsts, static_bound, name, role, unroll, checkpoints):
-    """The linearize rule of `functional_while_p` when `checkpoints` is set."""
+                           body_nconsts, static_bound, name, role, unroll, checkpoints,
+                           nbytes=None):
+    """The linearize rule of `functional_while_p` when `checkpoints` is set, the
+    copies its Whiles keep when differentiated again within `nbytes`
+    (`built_policy`)."""
     del unroll  # the loops below choose their own (see whilst/ir/reverse/_stored.py)
     K = checkpoints
     schedule_selected = role == "gradient"  # a gradient of a gradient While
@@ -134,7 +149,7 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         cc, bc, (b,), xs = split_list(operands, [cond_nconsts, nb, 1])
         return functional_while(cc, bc, b, xs, cond_jaxpr=fwd_cond, body_jaxpr=fwd_body,
                                 static_bound=static_bound, name=name, role=role,
-                                gradient=Checkpointed(K))
+                                gradient=built_policy(K, nbytes, [*carry_avals, *extra_avals]))
 
     n, *outs = forward(*cond_consts, *body_consts, bound, *init)
     carry_out, _, (pos,), slots = split_list(outs, [ncarry, npol, 1])
@@ -148,8 +163,8 @@ def checkpointed_linearize(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
         dcarry = [ad.instantiate_zeros(t) for t, nz in zip(dcarry, carry_nz) if nz]
         out = checkpointed_linear_while_p.bind(
             *n, *pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=body_jaxpr,
-            checkpoints=K, const_nz=tuple(const_nz), carry_nz=tuple(carry_nz), name=name,
-            schedule_selected=schedule_selected)
+            checkpoints=K, nbytes=nbytes, const_nz=tuple(const_nz), carry_nz=tuple(carry_nz),
+            name=name, schedule_selected=schedule_selected)
         out_iter = iter(out)
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
@@ -174,7 +189,7 @@ def _split_linear_operands(operands, body_jaxpr, const_nz, carry_nz):
     return n, pos, slots, consts, dconsts, dcarry
 
 
-def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_nz,
+def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, nbytes, const_nz,
                                      carry_nz, name, schedule_selected):
     """`checkpointed_linear_while_p` applied forwards, as a `functional_while_p`::
 
@@ -203,7 +218,7 @@ def expand_checkpointed_linear_while(*operands, body_jaxpr, checkpoints, const_n
         body_jaxpr=trace_closed(body, [*const_avals, COUNTER_AVAL, *carry_avals],
                                 "checkpointed_linear_body"),
         static_bound=None, name=name, role="linear",
-        gradient=Checkpointed(checkpoints))
+        gradient=built_policy(checkpoints, nbytes, carry_avals))
     return outs[ncarry:]
 
 
@@ -285,8 +300,8 @@ def with_level(steps, h, step, K):
     return steps
 
 
-def checkpointed_linear_while_transpose(cts, *operands, body_jaxpr, checkpoints, const_nz,
-                                        carry_nz, name, schedule_selected):
+def checkpointed_linear_while_transpose(cts, *operands, body_jaxpr, checkpoints, nbytes,
+                                        const_nz, carry_nz, name, schedule_selected):
     """The gradient While: the schedule's state machine, in the stack form of the
     `_schedule.py` docstring. Its integer state is one vector
     `[cur, fine, target, h, store_slot]` (one loop-carried buffer rather than five:
@@ -338,7 +353,8 @@ def checkpointed_linear_while_transpose(cts, *operands, body_jaxpr, checkpoints,
         cond_jaxpr=trace_closed(cond, [COUNTER_AVAL, *carry_avals],
                                 "checkpointed_gradient_cond"),
         body_jaxpr=gradient_body,
-        static_bound=None, name=name, role="gradient", gradient=Checkpointed(K))
+        static_bound=None, name=name, role="gradient",
+        gradient=built_policy(K, nbytes, carry_avals))
     given_out, started_out = split_list(outs[3 + 2 * len(slots):], [len(ct_given)])
     zero_started_out, ct_acc = split_list(zeros.unpack(started_out), [sum(zero_ct)])
     ct_x_out = merge_lists(zero_ct, given_out, zero_started_out)
@@ -451,4 +467,5 @@ checkpointed_linear_while_p.def_abstract_eval(
     lambda *avals, body_jaxpr, const_nz, carry_nz, **_: [
         a.to_tangent_aval() for a, nz in zip(body_jaxpr.out_avals, carry_nz) if nz])
 def_by_expansion(checkpointed_linear_while_p, expand_checkpointed_linear_while)
-ad.primitive_transposes[checkpointed_linear_while_p] = tracing_for_operands(checkpointed_linear_while_transpose)
+ad.primitive_transposes[checkpointed_linear_while_p] = tracing_for_operands(
+    checkpointed_linear_while_transpose)

@@ -59,7 +59,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
         carry_bytes = (sum(map(nbytes, carry_avals))
                        if all(is_constant_shape(a.shape) for a in carry_avals) else None)
         return checkpointed_linearize(nzs, *primals, **params,
-                                      checkpoints=policy.copies(carry_bytes))
+                                      checkpoints=policy.copies(carry_bytes),
+                                      nbytes=policy.nbytes)
     steps = step_residuals(is_vjp, nzs, *primals, **params)
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)

@@ -31,7 +31,11 @@ The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
 It and the budget's gradient While carry those stacks; differentiated again (higher
 orders), they keep only the copies of their carry that fit the budget
-(`Checkpointed.nbytes`), at least 2.
+(`Checkpointed.nbytes`), at least 2. The Whiles of `_checkpointed.py` carry K copies
+of their loop's carry; differentiated again, they keep the copies that fit their
+loop's `nbytes`, or K copies of their own carry where it has none, and the Whiles
+built for that derivative inherit the same bound: K^2 copies of the loop's carry at
+order 2, and twice as many at each order after (not K^order).
 """
 from __future__ import annotations
 
@@ -53,10 +57,13 @@ class Budget:
 @dataclasses.dataclass(frozen=True)
 class Checkpointed:
     """Keep `checkpoints` copies of the carry and recompute every step; with
-    `nbytes` (the loops `_budget.py` builds, whose carries hold a chunk's stacks),
-    only as many copies as fit in `nbytes`, and at least 2 (`copies`)."""
+    `nbytes` (the loops reverse mode builds: `_budget.py`'s, whose carries hold a
+    chunk's stacks, and `_checkpointed.py`'s, whose carries hold copies), only as
+    many copies as fit in `nbytes`, and at least 2 (`copies`). `over_chunks`:
+    `_budget.py`'s Whiles over chunks."""
     checkpoints: int
     nbytes: int | None = None
+    over_chunks: bool = False
 
     def copies(self, carry_bytes: int | None) -> int:
         """The copies of a carry of `carry_bytes` bytes (None: symbolic) to keep::
@@ -88,6 +95,7 @@ class ChunkedLoop(Checkpointed):
     `(shape, dtype name)`."""
     chunk_steps: int
     chunk_stacks: tuple[tuple[tuple[int, ...], str], ...]
+    over_chunks: bool = True
 
 
 def stores_every_step(policy: Budget | Checkpointed | EveryStep | Inlined,
@@ -113,9 +121,8 @@ def stores_every_step(policy: Budget | Checkpointed | EveryStep | Inlined,
 
 def over_chunks(policy: Budget | Checkpointed | EveryStep) -> bool:
     """Whether `policy` is that of a While over a budget's chunks (`_budget.py`'s
-    forward and gradient Whiles, `Checkpointed` with `nbytes`), whose iterations
-    each run a chunk's loops."""
-    return isinstance(policy, Checkpointed) and policy.nbytes is not None
+    forward and gradient Whiles), whose iterations each run a chunk's loops."""
+    return isinstance(policy, Checkpointed) and policy.over_chunks
 
 
 def gradient_policy(checkpoints: int | None = None,
