@@ -185,6 +185,13 @@ def nbytes(aval) -> int:
     return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
 
 
+def total_nbytes(avals) -> int | None:
+    """The bytes of `avals` together; None where a shape is symbolic."""
+    if not all(is_constant_shape(a.shape) for a in avals):
+        return None
+    return sum(map(nbytes, avals))
+
+
 def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
     a nested loop (whilst's or jax.lax's) counts as a full iteration's budget."""

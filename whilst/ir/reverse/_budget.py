@@ -86,7 +86,7 @@ from jax.interpreters import ad
 from jax.interpreters import partial_eval as pe
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_concrete, is_constant_shape, split_list
+from whilst._jax_compat import is_concrete, split_list
 from whilst.ir._buffers import uninitialized
 from whilst.ir._inspect import iter_loops
 from whilst.ir.reverse._checkpointed import (
@@ -99,7 +99,7 @@ from whilst.ir._functional_while import (
 from whilst.ir.reverse._stored import StepResiduals, linear_while_transpose
 from whilst.ir._stacks import pushed_rows, stack_avals, write_rows
 from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
-from whilst.ir._unroll import nbytes, unroll_factor
+from whilst.ir._unroll import total_nbytes, unroll_factor
 from whilst.ir._vma import varying, vary
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
@@ -120,9 +120,10 @@ def budget_split(budget: int, carry_avals, steps: StepResiduals,
     derivatives (the rule's primals are their tracers: `jax.grad(jax.grad(f))`),
     both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`."""
     budget //= HIGHER_ORDER_SHARE ** linearizations
-    if not all(is_constant_shape(a.shape) for a in carry_avals) or steps.row_bytes is None:
+    carry_bytes = total_nbytes(carry_avals)
+    if carry_bytes is None or steps.row_bytes is None:
         return 0, MAX_CHECKPOINTS // 4  # sizes unknown: checkpoints only
-    carry_bytes = max(sum(nbytes(a) for a in carry_avals), 1)
+    carry_bytes = max(carry_bytes, 1)
     K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
     rows = min(max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1), UNBOUNDED)
     return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K

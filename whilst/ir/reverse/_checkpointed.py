@@ -68,8 +68,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import (
-    is_constant_shape, jvp_jaxpr, merge_lists, partition_list, split_list)
+from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir.reverse._policy import Checkpointed
@@ -78,7 +77,7 @@ from whilst.ir._functional_while import (
     COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, jvp_body, split_operands)
 from whilst.ir.iree_forms._selected_branches import schedule_branch, selected_schedule
 from whilst.ir._tracing import always_true, call, trace_closed, tracing_for_operands
-from whilst.ir._unroll import nbytes as aval_nbytes
+from whilst.ir._unroll import total_nbytes
 from whilst.ir._vma import varying, with_varying
 from whilst.ir._xla_cpu_choice import xla_cpu_choice
 
@@ -99,8 +98,8 @@ def built_policy(K: int, nbytes: int | None, carry_avals) -> Checkpointed:
     again, it keeps the copies of its carry that fit `nbytes` (the loop's, the same
     at every order), or K copies of its own carry where the loop has none
     (`_policy.py`)."""
-    if nbytes is None and all(is_constant_shape(a.shape) for a in carry_avals):
-        nbytes = K * sum(map(aval_nbytes, carry_avals))
+    if nbytes is None and (carry_bytes := total_nbytes(carry_avals)) is not None:
+        nbytes = K * carry_bytes
     return Checkpointed(K, nbytes=nbytes)
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import jax
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_constant_shape, linearization_depth
-from whilst.ir._unroll import nbytes
+from whilst._jax_compat import linearization_depth
+from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir.reverse._inlined import inlined_linearize
@@ -56,10 +56,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
     if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
         del params["gradient"]
         carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-        carry_bytes = (sum(map(nbytes, carry_avals))
-                       if all(is_constant_shape(a.shape) for a in carry_avals) else None)
         return checkpointed_linearize(nzs, *primals, **params,
-                                      checkpoints=policy.copies(carry_bytes),
+                                      checkpoints=policy.copies(total_nbytes(carry_avals)),
                                       nbytes=policy.nbytes)
     steps = step_residuals(is_vjp, nzs, *primals, **params)
     if stores_every_step(policy, static_bound, steps.row_bytes):
