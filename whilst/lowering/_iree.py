@@ -314,8 +314,9 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
 # nested in them (iree_limits/branches_in_loop.py), and what a user can do.
 TIMEPOINT_COVERAGE = "failed to solve for timepoint coverage"
 NESTED_LOOPS_HINT = (
-    "\nIREE 3.13 fails this way on loops nested deep in loop bodies, as in a gradient of a "
-    "gradient (reverse over reverse) through a whilst loop that runs past its "
+    "\nIREE 3.13 fails to solve for timepoint coverage on loops nested deep in loop "
+    "bodies, as in a gradient of a gradient (reverse over reverse) through a whilst "
+    "loop that runs past its "
     "gradient_memory (no maximum_iterations, or more rows than gradient_memory holds). "
     "Give that loop maximum_iterations whose rows fit gradient_memory "
     "(whilst.residual_report gives the bytes per step), or checkpoints=K; or take the "
@@ -348,21 +349,22 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
 
     Raises:
       CompileError: no flag set made such a module; IREE's diagnostics, or what
-        `cannot_run` found, for the last one.
+        `cannot_run` found, for the last one, what each flag set tried met (one
+        line each, where more than one was tried), and NESTED_LOOPS_HINT where
+        any of them failed to solve for timepoint coverage.
     """
     from iree.compiler import tools
 
     forms = {}  # `source_for`'s, each made once
-    hoisting_crashed, tried, reason = False, [], None
+    hoisting_crashed, nested_loops, met = False, False, []  # met: why each try failed
     for flags in flag_sets(targets, cpu, gpu_arch, loops_in_dispatch):
         if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
             continue
         on_host = set()
         source = source_for(text, flags, forms)
         while source is not None:
-            if tried and on_fallback is not None:
-                on_fallback(f"with {describe_flags(tried[-1])}, {reason}", flags)
-            tried.append(flags)
+            if met and on_fallback is not None:
+                on_fallback(met[-1], flags)
             args = [*flags, *extra_flags]
             seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
             try:
@@ -377,17 +379,19 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                 reason = _failure(str(e))
                 hoisting_crashed = hoisting_crashed or (
                     _crash_frame(str(e)) is not None and HOISTING_CRASH_SOURCE in str(e))
-                if TIMEPOINT_COVERAGE in str(e):
-                    error += NESTED_LOOPS_HINT
+                nested_loops = nested_loops or TIMEPOINT_COVERAGE in str(e)
                 error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
                 failed = (loops_at_lines(source, _error_lines(str(e))) - on_host
                           if has_loops_in_dispatch(flags) else set())
             if failed:
                 reason += (f" (in the dispatch of loop{'s' * (len(failed) > 1)} "
                            f"{', '.join(map(str, sorted(failed)))}: left to the host)")
+            met.append(f"with {describe_flags(flags)}, {reason}")
             on_host |= failed
             source = source_for(text, flags, forms, on_host) if failed else None
-    raise CompileError(error) from None
+    if len(met) > 1:
+        error += "\nEach flag set tried failed:\n" + "\n".join(f"  {m}" for m in met)
+    raise CompileError(error + (NESTED_LOOPS_HINT if nested_loops else "")) from None
 
 
 def has_aggressive_fusion(flags) -> bool:
