@@ -19,12 +19,16 @@ nothing; the buffers are released when their last reference goes. Results of
 dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of a barrier's
 results ("'tensor.dim' op unexpected during shape cleanup").
 
-The results of carries that start from a copy of `distinct_loop_inits` go through
-a barrier each of their own: in that one barrier with the others, they made, with
-aggressive fusion, modules that fail on every call ("ref is null ...
-hal.buffer.subspan": diffrax's event-stopped Tsit5 solve through its own loops,
-`iree_limits/loop_results_in_one_barrier.py`). Such a result that nothing reads
-is so left unfenced (its barrier is erased), as before the zero-trip fix.
+The results of carries that start from a copy of `distinct_loop_inits` that the
+program reads go through a barrier each of their own: in that one barrier with the
+others, they made, with aggressive fusion, modules that fail on every call ("ref is
+null ... hal.buffer.subspan": diffrax's event-stopped Tsit5 solve through its own
+loops, `iree_limits/loop_results_in_one_barrier.py`). Such a result that nothing
+reads goes through the one barrier with the others: behind a barrier of its own,
+the barrier was erased, and IREE freed, at the end of a loop that ran no iteration,
+the allocation the copy was packed in with values still in use (`jax.jacrev` of
+`jax.jacrev` of a loop without a bound on `local-task`,
+`iree_limits/unread_copied_carry_freed.py`).
 """
 from __future__ import annotations
 
@@ -35,13 +39,14 @@ from whilst.lowering._iree_loops import DISTINCT_INIT_ATTR
 def loop_results_fenced(module) -> None:
     """Every `stablehlo.while` of `module` (nested ones included) has its results of
     static shape replaced by those of optimization barriers placed after it: one
-    for each result whose carry starts from a `distinct_loop_inits` copy, one for
-    all the others."""
+    for each result that is read and whose carry starts from a `distinct_loop_inits`
+    copy, one for all the others."""
     from iree.compiler import ir
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
-        copied = [r for r in results if _starts_from_copy(loop, r.result_number)]
+        copied = [r for r in results
+                  if _starts_from_copy(loop, r.result_number) and list(r.uses)]
         rest = [r for r in results if r not in copied]
         with ir.InsertionPoint.after(loop), loop.location:
             for group in [[r] for r in copied] + ([rest] if rest else []):
