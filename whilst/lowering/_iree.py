@@ -316,11 +316,11 @@ TIMEPOINT_COVERAGE = "failed to solve for timepoint coverage"
 NESTED_LOOPS_HINT = (
     "\nIREE 3.13 fails to solve for timepoint coverage on loops nested deep in loop "
     "bodies, as in a gradient of a gradient (reverse over reverse) through a whilst "
-    "loop that runs past its "
-    "gradient_memory (no maximum_iterations, or more rows than gradient_memory holds). "
-    "Give that loop maximum_iterations whose rows fit gradient_memory "
-    "(whilst.residual_report gives the bytes per step), or checkpoints=K; or take the "
-    "second derivative forward over reverse (jax.jvp of jax.grad).")
+    "loop that runs past its gradient_memory (no maximum_iterations, or more rows than "
+    "gradient_memory holds). Give that loop maximum_iterations whose rows fit "
+    "gradient_memory (whilst.residual_report gives the bytes per step), or "
+    "checkpoints=K; or take the second derivative forward over reverse (jax.jvp of "
+    "jax.grad).")
 
 # The iree-compile phase `compile_module` stops at to read the bindings.
 SOURCES_PHASE = "executable-sources"
