@@ -45,16 +45,21 @@ def loop_results_fenced(module) -> None:
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
-        copied = [r for r in results
-                  if _starts_from_copy(loop, r.result_number) and list(r.uses)]
-        rest = [r for r in results if r not in copied]
+        apart = [r for r in results if _fenced_apart(loop, r)]
+        rest = [r for r in results if r not in apart]
         with ir.InsertionPoint.after(loop), loop.location:
-            for group in [[r] for r in copied] + ([rest] if rest else []):
+            for group in [[r] for r in apart] + ([rest] if rest else []):
                 barrier = ir.Operation.create("stablehlo.optimization_barrier",
                                               results=[r.type for r in group],
                                               operands=group)
                 for old, new in zip(group, barrier.results):
                     old.replace_all_uses_except(new, barrier)
+
+
+def _fenced_apart(loop, result) -> bool:
+    """Whether `result` of `loop` goes through a barrier of its own: it is read, and
+    its carry starts from a `distinct_loop_inits` copy."""
+    return bool(list(result.uses)) and _starts_from_copy(loop, result.result_number)
 
 
 def _starts_from_copy(loop, index) -> bool:
