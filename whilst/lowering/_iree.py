@@ -5,6 +5,8 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     helpers are prefixed, so several exports merge into one module;
   * residual stacks (`whilst.uninitialized` zeros) become `tensor.empty`, so
     their cost does not grow with `maximum_iterations`;
+  * small expressions of constants alone become constants
+    (`_iree_folded_constants`);
   * selects with a scalar predicate, and small `jnp.stack`s, become elementwise
     ops that IREE fuses with their operands' producers, with no predicate read
     back to the host (`_iree_fusion.fusible_small_tensor_code`);
@@ -51,6 +53,7 @@ from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops)
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
+from whilst.lowering._iree_folded_constants import constant_expressions_folded
 from whilst.lowering._iree_loop_results import loop_results_fenced
 from whilst.lowering._iree_loops_in_dispatch import (
     DISABLE_DISTRIBUTION, loops_at_lines, loops_in_dispatch)
@@ -91,6 +94,7 @@ def prepare(exports, targets=None) -> str:
                 known_broadcast_dims(module)
                 reshapes_as_tensor_reshape(module)
             _leave_uninitialized(module)
+            constant_expressions_folded(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             unread_carries_read(module)

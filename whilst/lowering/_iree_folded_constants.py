@@ -1,0 +1,164 @@
+"""Expressions of constants folded before IREE sees them.
+
+JAX does not fold constants: `jnp.nextafter(0.0, 10.0)` exports as some twenty ops on
+two literals, and a diffrax solve holds about two thousand such scalar ops (its
+times' `nextafter`s, direction signs and tableau entries). IREE 3.13 folds none of
+them either: const-expr hoisting makes each a global of its own with an initializer
+compiled as a dispatch of its own (the batch of 1024 Tsit5 solves: 710 initializers,
+half of a 16 s compile), and without hoisting they are computed on every call.
+`constant_expressions_folded` evaluates them once, with StableHLO's reference
+interpreter, and writes their values as constants::
+
+    y = f(constant_1, ..., constant_k)   # every operand a constant, y small
+    ==
+    y = constant(f(constant_1, ..., constant_k))
+
+Only ops whose value the interpreter computes exactly as every IREE target does
+are folded (`FOLDED_OPS`: integer and bitwise arithmetic, comparisons, selects,
+IEEE-exact float arithmetic, bitcasts and reshaping; not transcendentals, whose
+approximations differ between libraries, nor float-to-integer conversions), and
+only results of at most FOLDED_ELEMENTS elements (scalars and short vectors, not
+broadcasts that would grow the module). A broadcast or reshape of a folded value
+stays as written, reading the folded constant (`_unbroadcast`). Ops whose value is
+hidden on purpose (`optimization_barrier`) and ops whilst tags stay as they are.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from whilst.lowering._ir_walk import ops_where
+
+logger = logging.getLogger(__name__)
+
+# Results of at most this many elements are folded into literals.
+FOLDED_ELEMENTS = 64
+
+FOLDED_OPS = frozenset({
+    "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.negate",
+    "stablehlo.abs", "stablehlo.minimum", "stablehlo.maximum", "stablehlo.clamp",
+    "stablehlo.sign", "stablehlo.and", "stablehlo.or", "stablehlo.xor", "stablehlo.not",
+    "stablehlo.shift_left", "stablehlo.shift_right_logical",
+    "stablehlo.shift_right_arithmetic", "stablehlo.compare", "stablehlo.select",
+    "stablehlo.bitcast_convert", "stablehlo.convert", "stablehlo.broadcast_in_dim",
+    "stablehlo.reshape", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.transpose",
+})
+
+
+def constant_expressions_folded(module) -> int:
+    """Fold, in place, each op of `module` that `_folds` (module docstring) whose
+    result an op that does not fold reads; returns how many values became constants."""
+    from iree.compiler import ir
+
+    constants, read_constants, folded, known, roots = {}, {}, [], set(), {}
+    for op in ops_where(module, lambda op: True):
+        if op.name == "stablehlo.constant":
+            constants[op.results[0]] = op
+        elif _folds(op, known, constants):
+            folded.append(op)
+            known.update(op.results)
+            read_constants.update((constants[v], None) for v in op.operands if v in constants)
+        else:
+            roots.update((_unbroadcast(v, known), None) for v in op.operands if v in known)
+    roots.pop(None, None)
+    if not roots:
+        return 0
+    values = _evaluated([*read_constants, *folded], list(roots))
+    if values is None:
+        return 0
+    for root, value in zip(roots, values):
+        with ir.InsertionPoint(root.owner), root.owner.location:
+            constant = ir.Operation.create(
+                "stablehlo.constant", results=[root.type],
+                attributes={"value": ir.Attribute.parse(value)})
+        root.replace_all_uses_with(constant.results[0])
+    for op in reversed(folded):
+        if not any(list(r.uses) for r in op.results):
+            op.erase()
+    return len(roots)
+
+
+def _unbroadcast(value, known):
+    """The value that `value`, a folded result, broadcasts or reshapes (through any
+    chain of such ops), or `value` itself; None where that is a literal constant. A
+    broadcast of a constant stays as written: IREE makes it a splat of its own, and
+    whilst keeps some apart on purpose (`_iree_loops_in_dispatch._scalar_pads`)."""
+    while value.owner.name in _SHAPE_ONLY_OPS:
+        value = value.owner.operands[0]
+    return value if value in known else None
+
+
+# Ops that only place the elements of one operand.
+_SHAPE_ONLY_OPS = ("stablehlo.broadcast_in_dim", "stablehlo.reshape")
+
+
+def _folds(op, known, constants) -> bool:
+    """Whether `op` is in FOLDED_OPS, untagged, reads only `known` values or
+    `constants`, on static shapes of `_interpreted` types, with results of at most
+    FOLDED_ELEMENTS elements; a `convert` not from float to integer."""
+    from iree.compiler import ir
+
+    if (op.name not in FOLDED_OPS or len(op.operands) == 0
+            or any(name not in _STABLEHLO_ATTRS for name in op.attributes)
+            or not all(v in known or v in constants for v in op.operands)):
+        return False
+    for value in [*op.operands, *op.results]:
+        if not (isinstance(value.type, ir.RankedTensorType) and value.type.has_static_shape
+                and _interpreted(value.type.element_type)):
+            return False
+    if any(int(np.prod(r.type.shape)) > FOLDED_ELEMENTS for r in op.results):
+        return False
+    return not (op.name == "stablehlo.convert"
+                and isinstance(op.operands[0].type.element_type, ir.FloatType)
+                and not isinstance(op.results[0].type.element_type, ir.FloatType))
+
+
+def _interpreted(element_type) -> bool:
+    """Whether `element_type` is an integer or a float of 16, 32 or 64 bits (the
+    interpreter's other types are not folded)."""
+    from iree.compiler import ir
+
+    return isinstance(element_type, ir.IntegerType) or (
+        isinstance(element_type, ir.FloatType)
+        and ir.FloatType(element_type).width in (16, 32, 64))
+
+
+# The attributes an op of FOLDED_OPS has of itself; any other is a tag.
+_STABLEHLO_ATTRS = ("comparison_direction", "compare_type", "broadcast_dimensions",
+                    "dimension", "start_indices", "limit_indices", "strides",
+                    "permutation")
+
+
+def _evaluated(ops, roots) -> list[str] | None:
+    """The value of each of `roots` (results of `ops`), as attribute text: `ops`
+    (constants, then the folded ops in order) cloned into one function returning
+    `roots`, run by StableHLO's reference interpreter (jaxlib's, in a context of its
+    own). None, with a warning, where that interpreter refuses the function."""
+    from iree.compiler import ir
+    from jax.extend.mlir import ir as jax_ir
+    from jax.extend.mlir.dialects import stablehlo as jax_hlo
+    from jax.interpreters import mlir as jax_mlir
+
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        function = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get("main"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([], [r.type for r in roots]))})
+    clones = {}
+    with ir.InsertionPoint(function.regions[0].blocks.append()):
+        for op in ops:
+            clone = op.clone()
+            for i, operand in enumerate(op.operands):
+                clone.operands[i] = clones[operand]
+            clones.update(zip(op.results, clone.results))
+        ir.Operation.create("func.return", operands=[clones[r] for r in roots])
+    text = module.operation.get_asm(print_generic_op_form=True, enable_debug_info=False)
+    with jax_mlir.make_ir_context():
+        try:
+            values = jax_hlo.eval_module(jax_ir.Module.parse(text), [])
+        except Exception as error:  # jaxlib's StableHLO may lack an op of IREE's
+            logger.warning("constants left unfolded: StableHLO's interpreter refused "
+                           "them (%s)", error)
+            return None
+        return [str(v) for v in values]
