@@ -91,13 +91,15 @@ def aggressive_fusion_dominance():
     with aggressive fusion: the same loop with 5 rows compiles so, and failed
     while its picks were masked sums too (as did the forward-mode derivative of
     `x <- x * w` three times and, before the unpredicated form, the README's
-    fixed-point loop)."""
-    def rows(x):
+    fixed-point loop). Its trip count is computed from the bound `n` when the
+    module runs: bounded by the literal 9, the trip count is a constant once
+    `prepare` folds constants (`_iree_folded_constants`), and that compiles."""
+    def rows(x, n):
         def body(i, a, b):
             return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
-        return whilst.while_loop(lambda i, a, b: i < 9, body,
-                                 [0, jnp.zeros(9), jnp.zeros(9)])
-    return rows, (np.float32(2.0),)
+        return whilst.while_loop(lambda i, a, b: i < n, body,
+                                 [0, jnp.zeros(9), jnp.zeros(9)], maximum_iterations=9)
+    return rows, (np.float32(2.0), np.int32(9))
 
 
 CASES = {

@@ -166,20 +166,22 @@ def test_iree_compile_warnings_go_to_the_whilst_logger_not_to_stderr(capfd, capl
                for r in caplog.records if r.name.startswith("whilst")), caplog.records
 
 
-def two_zeros_carries(x):
+def two_zeros_carries(x, n):
     """A program iree-compile 3.13 rejects with aggressive fusion ("operand #1 does not
     dominate this use"; iree_limits/reproduce.py aggressive_fusion_dominance): two
-    9-row carries that start from one value, 9 unpredicated steps per iteration."""
+    9-row carries that start from one value, 9 unpredicated steps per iteration, a
+    trip count computed from `n` when the module runs."""
     def body(i, a, b):
         return i + 1, a.at[i].set(x * i), b.at[i].set(x + i)
-    return whilst.while_loop(lambda i, a, b: i < 9, body, [0, jnp.zeros(9), jnp.zeros(9)])
+    return whilst.while_loop(lambda i, a, b: i < n, body, [0, jnp.zeros(9), jnp.zeros(9)],
+                             maximum_iterations=9)
 
 
 def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
     events = []
     # Every loop stepped from the host: in a dispatch, this one compiles with aggressive
     # fusion.
-    first = whilst.compile(two_zeros_carries, np.float32(2.0), cache=tmp_path,
+    first = whilst.compile(two_zeros_carries, np.float32(2.0), np.int32(9), cache=tmp_path,
                            progress=lambda *event: events.append(event),
                            loops_in_dispatch=False)
     label = first.stages[-1][0]
@@ -188,10 +190,10 @@ def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
                         r"dominate this use\)", label), label
     # The hook heard of the fallback while it ran, then of the stage's end.
     assert events[-2:] == [(label, events[-2][1], False), (label, first.stages[-1][1], True)]
-    n, a, b = first.load().main(np.float32(2.0))
+    n, a, b = first.load().main(np.float32(2.0), np.int32(9))
     assert int(n) == 9 and list(a) == [2 * i for i in range(9)] \
         and list(b) == [2 + i for i in range(9)]
-    again = whilst.compile(two_zeros_carries, np.float32(2.0), cache=tmp_path,
+    again = whilst.compile(two_zeros_carries, np.float32(2.0), np.int32(9), cache=tmp_path,
                            loops_in_dispatch=False)
     assert again.cache_hit and again.stages[-1][0] == "compile cache hit" + label[len(
         "iree-compile"):]
