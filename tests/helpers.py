@@ -1,7 +1,7 @@
 """What the tests of several folders share: the repository's root, whether a runtime
-driver finds a device, the host-driven stream phase, and oracles that do not use
-whilst (the loop in plain Python, which `jax.grad` differentiates as straight-line
-code)."""
+driver finds a device, the host-driven stream phase, the ops of a module text, and
+oracles that do not use whilst (the loop in plain Python, which `jax.grad`
+differentiates as straight-line code)."""
 import pathlib
 
 import jax.numpy as jnp
@@ -29,6 +29,18 @@ def host_driven_stream(text: str) -> str:
     tests count."""
     from whilst.lowering import compile_to_stream
     return compile_to_stream(text, loops_in_dispatch=False)
+
+
+def op_names(text):
+    """The names of all ops of an MLIR module text, nested ops included."""
+    from iree.compiler import ir
+
+    names = []
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        ir.Module.parse(text).operation.walk(
+            lambda op: names.append(op.operation.name) or ir.WalkResult.ADVANCE)
+    return names
 
 
 def unrolled(cond, body, loop_vars, maximum_iterations=None):

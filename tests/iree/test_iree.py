@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, host_driven_stream, unrolled
+from helpers import REPO, host_driven_stream, op_names, unrolled
 from whilst._compile import FALLBACK_NOTE
 from iree_limits.reproduce import recording_cg  # the reproducer's program, shared
 from whilst.lowering import loop_counts, prepare, stream_copy_sizes
@@ -336,18 +336,6 @@ def test_results_computed_from_constants_alone():
     np.testing.assert_array_equal(table, np.linspace(0.0, 1.0, 5).astype(np.float32))
     np.testing.assert_array_equal(steps, np.arange(4) * 3)
     assert total == 30.0 and count == 3 and z == 6.0
-
-
-def op_names(text):
-    """The names of all ops of an MLIR module text, nested ops included."""
-    from iree.compiler import ir
-
-    names = []
-    with ir.Context() as context:
-        context.allow_unregistered_dialects = True
-        ir.Module.parse(text).operation.walk(
-            lambda op: names.append(op.operation.name) or ir.WalkResult.ADVANCE)
-    return names
 
 
 def test_constant_expressions_are_computed_at_load_not_by_iree_constant_evaluation():

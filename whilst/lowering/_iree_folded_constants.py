@@ -99,7 +99,7 @@ def _folds(op, known, constants) -> bool:
     FOLDED_ELEMENTS elements; a `convert` not from float to integer."""
     from iree.compiler import ir
 
-    if (op.name not in FOLDED_OPS or len(op.operands) == 0
+    if (op.name not in FOLDED_OPS
             or any(name not in _STABLEHLO_ATTRS for name in op.attributes)
             or not all(v in known or v in constants for v in op.operands)):
         return False
