@@ -40,12 +40,28 @@ def test_callback_inside_a_loop_body_is_found():
 
 
 @pytest.mark.parametrize("solve, name", [
-    (lambda a, b: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(a), b), "cholesky"),
     (lambda a, b: jnp.linalg.eigh(a)[0] + b, "eigh"),
+    (lambda a, b: jnp.linalg.lstsq(a, b)[0], "svd"),
+    (lambda a, b: jnp.linalg.qr(a)[1] @ b, "qr"),
 ])
 def test_lapack_linear_algebra_is_named(solve, name):
-    with pytest.raises(ValueError, match=f"calls `{name}`.*LAPACK.*lineax.LU"):
+    with pytest.raises(ValueError, match=f"calls `{name}`.*LAPACK.*lineax.LU/Cholesky"):
         whilst.export(solve, np.eye(3, dtype=np.float32), X)
+
+
+def test_lineax_gmres_names_its_qr():
+    """lineax's GMRES solves its least-squares step with a QR (`ormqr` applies it):
+    lineax's `linear_solve` primitive traces it only when lowered, so no jaxpr shows
+    it, and the lowered module's custom call is named."""
+    lx = pytest.importorskip("lineax")
+    m = np.array([[4.0, 1.0, 0.5], [0.0, 3.0, 1.0], [1.0, 0.0, 2.0]], np.float32)
+
+    def solve(m, b):
+        return lx.linear_solve(lx.MatrixLinearOperator(m), b,
+                               lx.GMRES(rtol=1e-6, atol=1e-6), throw=False).value
+
+    with pytest.raises(ValueError, match=r"custom call to `lapack_s\w+_ffi`.*lineax.LU/Cholesky"):
+        whilst.export(solve, m, X)
 
 
 def test_exports_without_them_still_work():

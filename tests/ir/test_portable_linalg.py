@@ -1,4 +1,4 @@
-"""`lu` and `triangular_solve` export without LAPACK custom calls
+"""`lu`, `triangular_solve` and `cholesky` export without LAPACK custom calls
 (whilst/lowering/_portable_linalg.py) and compute what JAX's LAPACK calls compute
 (on XLA, `Exported.call`; the client tests run them on IREE)."""
 import jax
@@ -29,6 +29,13 @@ PROGRAMS = {
         jnp.tril(a) + 3 * jnp.eye(a.shape[0]), b[None, :], left_side=False, lower=True),
     "grad_of_solve": jax.grad(lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2)),
     "batched_solve": lambda a, b: jax.vmap(jnp.linalg.solve, (None, 0))(a, jnp.stack([b, -b])),
+    "cholesky": lambda a, b: jnp.linalg.cholesky(a @ a.T) @ b,
+    "cho_solve": lambda a, b: jax.scipy.linalg.cho_solve(
+        jax.scipy.linalg.cho_factor(a @ a.T, lower=True), b),
+    "upper_cho_solve": lambda a, b: jax.scipy.linalg.cho_solve(
+        jax.scipy.linalg.cho_factor(a @ a.T, lower=False), b),
+    "grad_of_cholesky": jax.grad(lambda a, b: jnp.sum(jnp.linalg.cholesky(a @ a.T) @ b)),
+    "batched_cholesky": lambda a, b: jnp.linalg.cholesky(jnp.stack([a @ a.T, a.T @ a])) @ b,
 }
 
 
@@ -47,3 +54,18 @@ def test_jax_keeps_its_lapack_lowering_around_an_export():
     a, b = triangular(3, True), np.ones(3, np.float32)
     whilst.export(PROGRAMS["solve"], a, b)
     assert "lapack" in jax.jit(PROGRAMS["solve"]).lower(a, b).as_text().lower()
+
+
+def test_cholesky_reads_the_lower_triangle_and_fails_as_lapack_does():
+    """`symmetrize_input=False` reads the lower triangle only; a matrix that is not
+    positive definite gives NaNs, each matrix of a batch on its own (JAX's CPU rule)."""
+    spd = np.array([[4.0, 2.0, 0.4], [2.0, 3.0, 0.5], [0.4, 0.5, 2.0]], np.float32)
+    indefinite = np.diag(np.array([1.0, -1.0, 2.0], np.float32))
+    batch = np.stack([spd + np.triu(np.ones((3, 3), np.float32), 1), indefinite])
+    fn = lambda a: lax.linalg.cholesky(a, symmetrize_input=False)   # noqa: E731
+    exported = whilst.export(fn, batch)
+    assert "custom_call" not in exported.text
+    got = exported.exported.call(batch)
+    np.testing.assert_allclose(got[0], np.linalg.cholesky(spd), rtol=1e-6)
+    assert np.isnan(got[1][np.tril_indices(3)]).all()
+    np.testing.assert_array_equal(got[1], fn(batch)[1])   # NaN below, zeros above

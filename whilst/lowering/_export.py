@@ -11,7 +11,7 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
-from whilst.ir.iree_forms._unportable_ops import refuse_unportable_ops
+from whilst.ir.iree_forms._unportable_ops import refuse_custom_calls, refuse_unportable_ops
 from whilst.ir._gpu_export import exporting_for_gpu
 from whilst.lowering._portable_linalg import portable_linear_algebra
 from whilst.runtime.signature import LEAF, encode_tree
@@ -66,9 +66,9 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
 
     Raises:
       ValueError: `name` is not a Python identifier (it names files and symbols), or
-        `fn` holds a host callback (equinox's error checks: set EQX_ON_ERROR=nan) or
-        LAPACK linear algebra, which no compiled module can run
-        (`whilst.ir.iree_forms._unportable_ops`).
+        `fn` holds a host callback (equinox's error checks: set EQX_ON_ERROR=nan),
+        LAPACK linear algebra or another custom call, which no compiled module can
+        run (`whilst.ir.iree_forms._unportable_ops`).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"export: name must be a Python identifier (it becomes a symbol "
@@ -80,8 +80,12 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
     gpu = any(t != "llvm-cpu" for t in targets)
     with exporting_for_gpu(gpu), threefry_rounds_unrolled(), portable_linear_algebra():
         # A new function each time: JAX must not reuse a lowering of the other form.
-        exp = jax.export.export(jax.jit(lambda *args: exported_fn(*args),
-                                        keep_unused=True))(*specs)
+        jitted = jax.jit(lambda *args: exported_fn(*args), keep_unused=True)
+        try:
+            exp = jax.export.export(jitted)(*specs)
+        except ValueError:      # custom calls no jaxpr showed, or JAX's own refusals
+            refuse_custom_calls(jitted.lower(*specs).compiler_ir("stablehlo"))
+            raise
     args_tree = jax.tree_util.tree_structure(tuple(specs))
     _refuse_errors(exp.out_tree)
     signature = {

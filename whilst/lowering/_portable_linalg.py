@@ -1,16 +1,23 @@
 """JAX's linear algebra lowered without LAPACK, for exports that IREE compiles.
 
 On CPU, JAX lowers `lu` (`jnp.linalg.solve`, `jax.scipy.linalg.lu_factor`, lineax's
-LU, an optimistix Newton step) and `triangular_solve` to LAPACK custom calls, which
-IREE has no kernels for (and whose `#sdy` sharding-rule attributes IREE's parser
-rejects). Within `portable_linear_algebra()`, `lu` takes JAX's own rule for
-platforms without LAPACK (`_lu_python`, blocked elimination in lax ops), and
-`triangular_solve` is substitution row by row in jax.numpy (IREE 3.13 does not
-legalize `stablehlo.triangular_solve` either)::
+LU, an optimistix Newton step), `triangular_solve` and `cholesky`
+(`jnp.linalg.cholesky`, `jax.scipy.linalg.cho_factor`, lineax's Cholesky) to LAPACK
+custom calls, which IREE has no kernels for (and whose `#sdy` sharding-rule
+attributes IREE's parser rejects). Within `portable_linear_algebra()`, `lu` takes
+JAX's own rule for platforms without LAPACK (`_lu_python`, blocked elimination in
+lax ops), and `triangular_solve` and `cholesky` are written in jax.numpy (IREE 3.13
+legalizes neither `stablehlo.triangular_solve` nor `stablehlo.cholesky`)::
 
-    x = zeros_like(b)
+    x = zeros_like(b)                     # triangular_solve: substitution row by row
     for i in (range(n) if lower else reversed(range(n))):   # left side, a n x n
         x[i] = (b[i] - a[i, strictly below or above i] @ x) / (1 if unit else a[i, i])
+
+    l = zeros_like(a)                     # cholesky: column by column, LAPACK's potrf
+    for j in range(n):                    # reading the lower triangle of a only
+        l[j, j] = sqrt(a[j, j] - l[j, :j] @ conj(l[j, :j]))
+        l[j+1:, j] = (a[j+1:, j] - l[j+1:, :j] @ conj(l[j, :j])) / l[j, j]
+    l = l if every pivot a[j, j] - ... > 0 else full_like(a, nan)   # as JAX on CPU
 """
 from __future__ import annotations
 
@@ -29,13 +36,16 @@ UNROLLED_ROWS = 32
 
 @contextlib.contextmanager
 def portable_linear_algebra():
-    """Within the block, `lu` and `triangular_solve` lower for CPU without LAPACK."""
+    """Within the block, `lu`, `triangular_solve` and `cholesky` lower for CPU without
+    LAPACK."""
     cpu = _platform_specific_lowerings["cpu"]
-    saved = {p: cpu.get(p) for p in (_linalg.lu_p, _linalg.triangular_solve_p)}
+    saved = {p: cpu.get(p) for p in (_linalg.lu_p, _linalg.triangular_solve_p,
+                                     _linalg.cholesky_p)}
     cpu.pop(_linalg.lu_p, None)     # JAX's default rule: _lu_python
-    mlir.register_lowering(_linalg.triangular_solve_p,
-                           mlir.lower_fun(triangular_solve, multiple_results=False),
-                           platform="cpu")
+    for primitive, rule in ((_linalg.triangular_solve_p, triangular_solve),
+                            (_linalg.cholesky_p, cholesky)):
+        mlir.register_lowering(primitive, mlir.lower_fun(rule, multiple_results=False),
+                               platform="cpu")
     try:
         yield
     finally:
@@ -83,3 +93,32 @@ def _left_solve(a, b, lower, unit_diagonal):
         return x
     return lax.fori_loop(0, n, row, x)
 
+
+
+def cholesky(a):
+    """`cholesky_p`: the lower Cholesky factor of each `[..., n, n]` matrix (zeros above
+    the diagonal) from its lower triangle, or NaNs where a pivot is not positive."""
+    n = a.shape[-1]
+    rows = jnp.arange(n)
+    ok = jnp.ones(a.shape[:-2], bool)
+
+    def column(j, carry):
+        l, ok = carry
+        a_j = lax.dynamic_index_in_dim(a, j, axis=a.ndim - 1, keepdims=False)   # a[..., :, j]
+        l_j = lax.dynamic_index_in_dim(l, j, axis=l.ndim - 2, keepdims=False)   # l[..., j, :]
+        s = a_j - jnp.einsum("...ik,...k->...i", l, jnp.conj(l_j))   # columns >= j are 0
+        pivot = jnp.real(lax.dynamic_index_in_dim(s, j, axis=s.ndim - 1, keepdims=False))
+        ok = ok & (pivot > 0)
+        diagonal = jnp.sqrt(pivot).astype(a.dtype)
+        value = jnp.where(rows > j, s / diagonal[..., None],
+                          jnp.where(rows == j, diagonal[..., None], jnp.zeros_like(s)))
+        return lax.dynamic_update_index_in_dim(l, value[..., None], j, axis=l.ndim - 1), ok
+
+    carry = (jnp.zeros_like(a), ok)
+    if n <= UNROLLED_ROWS:
+        for j in range(n):
+            carry = column(j, carry)
+    else:
+        carry = lax.fori_loop(0, n, column, carry)
+    l, ok = carry
+    return jnp.where(ok[..., None, None], l, jnp.full_like(l, jnp.nan))

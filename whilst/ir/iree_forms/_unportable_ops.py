@@ -5,15 +5,15 @@ Host callbacks (`jax.pure_callback`, `jax.experimental.io_callback`,
 which diffrax, optimistix and lineax use) call back into Python: `jax.export` cannot
 serialise them and IREE has no host to call. JAX's linear algebra on CPU (`lu`,
 `triangular_solve`, `cholesky`, `eigh`, `svd`, `qr`, ...) lowers to LAPACK custom
-calls, which IREE has no kernels for; `lu` and `triangular_solve` are exported in
-lax ops instead (`whilst.lowering._portable_linalg`), the others refused.
+calls, which IREE has no kernels for; `lu`, `triangular_solve` and `cholesky` are
+exported in lax ops instead (`whilst.lowering._portable_linalg`), the others refused.
 """
 from __future__ import annotations
 
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 CALLBACKS = {"pure_callback", "io_callback", "debug_callback", "debug_print"}
-LAPACK = {"cholesky", "eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product",
+LAPACK = {"eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product", "ormqr",
           "hessenberg", "schur", "tridiagonal", "tridiagonal_solve"}
 
 
@@ -27,11 +27,36 @@ def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
         if name in LAPACK:
             raise ValueError(
                 f"export: the function calls `{name}` (JAX's linear algebra, e.g. "
-                f"jnp.linalg.cholesky/eigh/svd/qr, lineax.Cholesky/QR/SVD), which JAX "
-                f"lowers on CPU to a LAPACK custom call that IREE cannot compile. Solve "
-                f"with an LU factorization instead (jnp.linalg.solve, lineax.LU, "
-                f"exported in portable ops), or an iterative solver (lineax.CG, "
-                f"lineax.GMRES).")
+                f"jnp.linalg.eigh/svd/qr/lstsq, lineax.QR/SVD/GMRES), which JAX lowers "
+                f"on CPU to a LAPACK custom call that IREE cannot compile. Solve with an "
+                f"LU or Cholesky factorization instead (jnp.linalg.solve/cholesky, "
+                f"lineax.LU/Cholesky, exported in portable ops), or an iterative solver "
+                f"without QR (lineax.CG).")
+
+
+def refuse_custom_calls(module) -> None:
+    """Raise a ValueError naming the first `stablehlo.custom_call` of `module` (a lowered
+    function, jaxlib's MLIR) and what to do: JAX lowers some ops only when it lowers
+    the function (a library's own primitive, such as lineax's `linear_solve`, whose
+    solver's QR no jaxpr shows), and `jax.export` refuses their LAPACK calls."""
+    from jax.extend.mlir import ir
+
+    targets = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.custom_call":
+            targets.append(ir.StringAttr(op.operation.attributes["call_target_name"]).value)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if targets:
+        raise ValueError(
+            f"export: the function lowers to a custom call to `{targets[0]}`, which IREE "
+            f"cannot compile (a LAPACK call where the name starts with `lapack_`: JAX's "
+            f"QR, SVD or eigh, lineax's QR, SVD or GMRES). Solve with an LU or Cholesky "
+            f"factorization instead (jnp.linalg.solve/cholesky, lineax.LU/Cholesky, "
+            f"exported in portable ops), or an iterative solver without QR (lineax.CG).")
 
 
 def _callback_message(eqn) -> str:
