@@ -94,7 +94,6 @@ def _left_solve(a, b, lower, unit_diagonal):
     return lax.fori_loop(0, n, row, x)
 
 
-
 def cholesky(a):
     """`cholesky_p`: the lower Cholesky factor of each `[..., n, n]` matrix (zeros above
     the diagonal) from its lower triangle, or NaNs where a pivot is not positive."""
