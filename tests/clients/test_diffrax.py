@@ -428,3 +428,21 @@ def test_vmapped_solve_of_8_with_its_stage_loop_unrolled_runs_on_iree():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("solver, max_steps", [("Euler", 4), ("Heun", 8)])
+def test_default_gradient_of_a_short_solve_runs_on_iree(solver, max_steps):
+    """diffrax's own checkpointed loops (`RecursiveCheckpointAdjoint`) of a solve that
+    stops at `max_steps`: IREE 3.13's VM passed one buffer to several block arguments
+    and cleared the register one of them shared, and every call failed on a null buffer
+    (`_iree_vm_branches`, `iree_limits/checkpointed_gradient_null_buffer.py`)."""
+    def short_solve(y0, rate):
+        return diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, r: -r * y),
+                                   getattr(diffrax, solver)(), 0.0, 1.0, 0.1, y0, args=rate,
+                                   saveat=T1, max_steps=max_steps).ys
+
+    gradient = loss_grad(short_solve)
+    rate = np.float32(0.7)
+    got = whilst.compile(gradient, Y0, rate).load().main(Y0, rate)
+    np.testing.assert_allclose(got, jax.jit(gradient)(Y0, rate), rtol=2e-4)

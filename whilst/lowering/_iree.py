@@ -29,6 +29,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     which the runtime reads back to rebuild pytrees, and, when the targets are
     given, `whilst_targets = "<targets json>"` (see `target_metadata`).
 
+Compiling, the VM program's branches get distinct values for repeated ref operands
+(`_iree_vm_branches`), which iree-compile 3.13's register allocation would clear.
+
 Several targets make ONE device that selects, at load time, the first target
 whose driver matches (`--iree-hal-target-device=cuda,local`): the module
 carries an executable per target and runs on any one of them. Repeating the
@@ -62,6 +65,7 @@ from whilst.lowering._iree_narrow_types import (
     stored_dtypes)
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
 from whilst.lowering._iree_unread_carries import unread_carries_read
+from whilst.lowering._iree_vm_branches import branch_refs_distinct
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
 from whilst.runtime.targets import TARGETS
 
@@ -326,8 +330,10 @@ NESTED_LOOPS_HINT = (
     "checkpoints=K; or take the second derivative forward over reverse (jax.jvp of "
     "jax.grad).")
 
-# The iree-compile phase `compile_module` stops at to read the bindings.
+# The iree-compile phases `compile_module` stops at: to read the bindings, and to
+# edit the VM program (`_iree_vm_branches`).
 SOURCES_PHASE = "executable-sources"
+VM_PHASE = "vm"
 
 
 def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
@@ -340,8 +346,9 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     Once a flag set crashes iree-compile in its stream resource-usage analysis
     (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
 
-    Each compile runs in two iree-compile calls, to the executable-sources phase
-    (where the bindings are read) and on from it: the same `.vmfb` as one call.
+    Each compile runs in three iree-compile calls: to the executable-sources phase
+    (where the bindings are read), on to the VM program (whose branches
+    `branch_refs_distinct` edits), and on from it.
     Each flag set compiles its `source_for(text, flags)`, and is skipped where
     that is None. Where iree-compile fails on the dispatches of loops moved there
     (LOOPS_IN_DISPATCH: llvm-cpu codegen of one loop's kernel, past its stack
@@ -375,8 +382,10 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                 sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
                 error = cannot_run(sources, targets)
                 if error is None:
-                    return _iree_compile(
-                        sources, [*args, f"--compile-from={SOURCES_PHASE}"], seconds), flags
+                    vm = _iree_compile(sources, [*args, f"--compile-from={SOURCES_PHASE}",
+                                                 f"--compile-to={VM_PHASE}"], seconds)
+                    return _iree_compile(branch_refs_distinct(vm.decode()),
+                                         [*args, f"--compile-from={VM_PHASE}"], seconds), flags
                 reason, failed = error.split(". ")[0], set()
             except tools.CompilerToolError as e:
                 error = f"iree-compile failed for targets {list(targets)}:\n{e}"
