@@ -9,6 +9,8 @@
 // carried dx being kept "read" by `select(barrier(0) == 0, new, old)`, the form
 // whilst emitted before the fix. Barrier on the loop counter instead (%i,
 // `compare GE %b, 0`), or drop the barrier: the module runs (result 1.21497E-08).
+// The failure is IREE's VM register allocation (checkpointed_gradient_null_buffer.py):
+// whilst's `compile_module` edits the VM branches and this form runs there too.
 //   iree-compile barrier_on_constant_init.mlir --iree-input-type=stablehlo \
 //     --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu \
 //     --iree-llvmcpu-target-cpu=host -o m.vmfb
