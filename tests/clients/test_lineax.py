@@ -51,9 +51,18 @@ def test_cholesky_solves_in_and_out_of_loops_run_on_iree():
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-5)
 
 
-def test_cholesky_of_more_columns_than_unrolled_runs_on_iree():
-    """Past UNROLLED_ROWS the columns are a `fori_loop`. (Triangular solves past it
-    crash iree-compile 3.13, "VectorType::get", and are not run here.)"""
+def test_solves_of_more_rows_than_unrolled_run_on_iree():
+    """Past UNROLLED_ROWS the factorizations and substitutions are `fori_loop`s (the
+    substitution by columns: by rows, iree-compile 3.13 crashed)."""
     m = spd(UNROLLED_ROWS + 3)
-    got = whilst.compile(jnp.linalg.cholesky, m).load().main(m)
-    np.testing.assert_allclose(got, jax.jit(jnp.linalg.cholesky)(m), rtol=2e-4, atol=1e-5)
+    b = RNG.normal(size=(m.shape[0], 2)).astype(np.float32)
+    programs = {"lu": jnp.linalg.solve,
+                "cholesky": lambda m, b: jax.scipy.linalg.cho_solve(
+                    jax.scipy.linalg.cho_factor(m, lower=False), b),
+                "upper_unit": lambda m, b: jax.scipy.linalg.solve_triangular(
+                    jnp.triu(m), b, lower=False, unit_diagonal=True)}
+    module = whilst.compile([whilst.export(f, m, b, name=name)
+                             for name, f in programs.items()]).load()
+    for name, f in programs.items():
+        np.testing.assert_allclose(getattr(module, name)(m, b), jax.jit(f)(m, b),
+                                   rtol=2e-4, atol=1e-5)

@@ -12,6 +12,7 @@ legalizes neither `stablehlo.triangular_solve` nor `stablehlo.cholesky`)::
     x = zeros_like(b)                     # triangular_solve: substitution row by row
     for i in (range(n) if lower else reversed(range(n))):   # left side, a n x n
         x[i] = (b[i] - a[i, strictly below or above i] @ x) / (1 if unit else a[i, i])
+                                          # (column by column past UNROLLED_ROWS)
 
     l = zeros_like(a)                     # cholesky: column by column, LAPACK's potrf
     for j in range(n):                    # reading the lower triangle of a only
@@ -91,7 +92,34 @@ def _left_solve(a, b, lower, unit_diagonal):
         for i in range(n):
             x = row(i, x)
         return x
-    return lax.fori_loop(0, n, row, x)
+    return _left_solve_by_columns(a, jnp.broadcast_to(b, x.shape), lower, unit_diagonal)
+
+
+def _left_solve_by_columns(a, b, lower, unit_diagonal):
+    """`_left_solve` in a `fori_loop` over columns, each solved row taken out of the
+    rows still to solve (iree-compile 3.13 crashes in `VectorType::get` on the row
+    loop's dot of a row with the solved rows)::
+
+        for k in (range(n) if lower else reversed(range(n))):
+            x[k] = b[k] / (1 if unit else a[k, k])
+            b[rows after k] -= a[rows after k, k] * x[k]
+    """
+    n = a.shape[-1]
+    rows = jnp.arange(n)
+
+    def column(i, carry):
+        x, rest = carry
+        k = i if lower else n - 1 - i
+        a_k = lax.dynamic_index_in_dim(a, k, axis=a.ndim - 1, keepdims=False)   # a[..., :, k]
+        value = lax.dynamic_index_in_dim(rest, k, axis=rest.ndim - 2, keepdims=False)
+        if not unit_diagonal:
+            value = value / lax.dynamic_index_in_dim(a_k, k, axis=a_k.ndim - 1)
+        after = (rows > k) if lower else (rows < k)
+        rest = rest - jnp.where(after[:, None], a_k[..., :, None] * value[..., None, :],
+                                jnp.zeros_like(rest))
+        return lax.dynamic_update_index_in_dim(x, value, k, axis=x.ndim - 2), rest
+
+    return lax.fori_loop(0, n, column, (jnp.zeros_like(b), b))[0]
 
 
 def cholesky(a):
