@@ -4,7 +4,8 @@ program, before iree-compile 3.13 allocates its registers.
 A branch that passes one ref (a buffer) to several block arguments, where one
 occurrence shares its register with its block argument, gets a MOVE for another
 occurrence, which clears that shared register: the block then reads a null buffer
-(`iree_limits/checkpointed_gradient_null_buffer.py`: diffrax's default gradient of
+(`iree_limits/branch_repeated_ref.mlir`, 20 lines of VM;
+`iree_limits/checkpointed_gradient_null_buffer.py`: diffrax's default gradient of
 a short solve fails on every call, "indirect buffer reference slot 0 is out range
 ... hal.command_buffer.copy_buffer"; iree-org/iree#24753). Each occurrence after the
 first becomes a value of its own, the same ref::
@@ -20,6 +21,7 @@ from __future__ import annotations
 from whilst.lowering._ir_walk import ops_where
 
 BRANCHES = ("vm.br", "vm.cond_br")
+REF_TYPES = ("!vm.ref<", "!vm.buffer", "!vm.list<")   # the VM's ref-counted types
 
 
 def branch_refs_distinct(vm_text: str) -> str:
@@ -34,7 +36,7 @@ def branch_refs_distinct(vm_text: str) -> str:
         for branch in ops_where(module, lambda op: op.name in BRANCHES):
             seen = set()
             for index, value in enumerate(list(branch.operands)):
-                if not str(value.type).startswith("!vm.ref<"):
+                if not str(value.type).startswith(REF_TYPES):
                     continue
                 if value in seen:
                     branch.operands[index] = _same_ref(value, branch)
