@@ -70,8 +70,12 @@ def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_d
 
 
 def _left_solve(a, b, lower, unit_diagonal):
-    """`x` with `a x = b`, `a` lower (or upper) triangular `[..., n, n]`, `b [..., n, k]`."""
+    """`x` with `a x = b`, `a` lower (or upper) triangular `[..., n, n]`, `b [..., n, k]`:
+    rows unrolled, or past UNROLLED_ROWS `_left_solve_by_columns`."""
     n = a.shape[-1]
+    shape = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:]
+    if n > UNROLLED_ROWS:
+        return _left_solve_by_columns(a, jnp.broadcast_to(b, shape), lower, unit_diagonal)
     columns = jnp.arange(n)
 
     def row(i, x):
@@ -87,12 +91,10 @@ def _left_solve(a, b, lower, unit_diagonal):
             value = value / pivot[..., None]
         return lax.dynamic_update_index_in_dim(x, value, k, axis=x.ndim - 2)
 
-    x = jnp.zeros(jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + b.shape[-2:], b.dtype)
-    if n <= UNROLLED_ROWS:
-        for i in range(n):
-            x = row(i, x)
-        return x
-    return _left_solve_by_columns(a, jnp.broadcast_to(b, x.shape), lower, unit_diagonal)
+    x = jnp.zeros(shape, b.dtype)
+    for i in range(n):
+        x = row(i, x)
+    return x
 
 
 def _left_solve_by_columns(a, b, lower, unit_diagonal):

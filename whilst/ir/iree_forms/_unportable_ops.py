@@ -13,6 +13,10 @@ from __future__ import annotations
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
 CALLBACKS = {"pure_callback", "io_callback", "debug_callback", "debug_print"}
+# What to use instead of a LAPACK call, in both refusals.
+PORTABLE_SOLVERS = ("Solve with an LU or Cholesky factorization instead "
+                    "(jnp.linalg.solve/cholesky, lineax.LU/Cholesky, exported in portable "
+                    "ops), or an iterative solver without QR (lineax.CG).")
 LAPACK = {"eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product", "ormqr",
           "hessenberg", "schur", "tridiagonal", "tridiagonal_solve"}
 
@@ -28,10 +32,8 @@ def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
             raise ValueError(
                 f"export: the function calls `{name}` (JAX's linear algebra, e.g. "
                 f"jnp.linalg.eigh/svd/qr/lstsq, lineax.QR/SVD/GMRES), which JAX lowers "
-                f"on CPU to a LAPACK custom call that IREE cannot compile. Solve with an "
-                f"LU or Cholesky factorization instead (jnp.linalg.solve/cholesky, "
-                f"lineax.LU/Cholesky, exported in portable ops), or an iterative solver "
-                f"without QR (lineax.CG).")
+                f"on CPU to a LAPACK custom call that IREE cannot compile. "
+                f"{PORTABLE_SOLVERS}")
 
 
 def refuse_custom_calls(module) -> None:
@@ -54,9 +56,7 @@ def refuse_custom_calls(module) -> None:
         raise ValueError(
             f"export: the function lowers to a custom call to `{targets[0]}`, which IREE "
             f"cannot compile (a LAPACK call where the name starts with `lapack_`: JAX's "
-            f"QR, SVD or eigh, lineax's QR, SVD or GMRES). Solve with an LU or Cholesky "
-            f"factorization instead (jnp.linalg.solve/cholesky, lineax.LU/Cholesky, "
-            f"exported in portable ops), or an iterative solver without QR (lineax.CG).")
+            f"QR, SVD or eigh, lineax's QR, SVD or GMRES). {PORTABLE_SOLVERS}")
 
 
 def _callback_message(eqn) -> str:
