@@ -1,7 +1,9 @@
 """What the tests of several folders share: the repository's root, whether a runtime
-driver finds a device, the host-driven stream phase, the ops of a module text, and
+driver finds a device (and the skip, or failure, where Vulkan finds none), the
+host-driven stream phase, the ops of a module text, and
 oracles that do not use whilst (the loop in plain Python, which `jax.grad`
 differentiates as straight-line code)."""
+import os
 import pathlib
 
 import jax.numpy as jnp
@@ -20,6 +22,19 @@ def no_device(driver: str) -> str | None:
     except Exception as e:  # no loader or no driver: IREE raises several types
         return str(e)
     return None if found else f"the {driver} driver lists no device"
+
+
+def vulkan_or_skip():
+    """Skip without a Vulkan device, unless WHILST_REQUIRE_VULKAN is set (.ci/run sets
+    it where it has lavapipe): then fail."""
+    import pytest
+
+    why = no_device("vulkan")
+    if why is None:
+        return
+    if os.environ.get("WHILST_REQUIRE_VULKAN"):
+        pytest.fail(f"WHILST_REQUIRE_VULKAN is set, but there is no vulkan device: {why}")
+    pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {why[:80]}")
 
 
 def host_driven_stream(text: str) -> str:

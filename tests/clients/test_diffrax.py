@@ -11,6 +11,7 @@ import pytest
 diffrax = pytest.importorskip("diffrax")
 
 import whilst  # noqa: E402
+from helpers import vulkan_or_skip  # noqa: E402
 from whilst._compile import FALLBACK_NOTE  # noqa: E402
 from whilst.integrations.diffrax import WhilstAdjoint  # noqa: E402
 from whilst.lowering import (  # noqa: E402
@@ -432,11 +433,13 @@ def test_vmapped_solve_of_8_with_its_stage_loop_unrolled_runs_on_iree():
 
 @pytest.mark.iree
 @pytest.mark.parametrize("solver, max_steps", [("Euler", 4), ("Heun", 8)])
-def test_default_gradient_of_a_short_solve_runs_on_iree(solver, max_steps):
+def test_default_gradient_of_a_short_solve_runs_on_every_driver(solver, max_steps):
     """diffrax's own checkpointed loops (`RecursiveCheckpointAdjoint`) of a solve that
     stops at `max_steps`: IREE 3.13's VM passed one buffer to several block arguments
     and cleared the register one of them shared, and every call failed on a null buffer
-    (`_iree_vm_branches`, `iree_limits/checkpointed_gradient_null_buffer.py`)."""
+    (`_iree_vm_branches`, `iree_limits/checkpointed_gradient_null_buffer.py`). The VM
+    program is the host's, so every driver ran it: local-sync, local-task, vulkan."""
+    vulkan_or_skip()
     def short_solve(y0, rate):
         return diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, r: -r * y),
                                    getattr(diffrax, solver)(), 0.0, 1.0, 0.1, y0, args=rate,
@@ -444,5 +447,7 @@ def test_default_gradient_of_a_short_solve_runs_on_iree(solver, max_steps):
 
     gradient = loss_grad(short_solve)
     rate = np.float32(0.7)
-    got = whilst.compile(gradient, Y0, rate).load().main(Y0, rate)
-    np.testing.assert_allclose(got, jax.jit(gradient)(Y0, rate), rtol=2e-4)
+    module = whilst.compile(gradient, Y0, rate, target=["llvm-cpu", "vulkan-spirv"])
+    for driver in ("local-sync", "local-task", "vulkan"):
+        np.testing.assert_allclose(module.load(driver).main(Y0, rate),
+                                   jax.jit(gradient)(Y0, rate), rtol=2e-4, err_msg=driver)

@@ -3,7 +3,6 @@
 run is refused at compile time. Oracles: `jax.grad` of Python-unrolled loops, numpy,
 or the `llvm-cpu` result of the same module (`local-sync`)."""
 import collections
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, no_device, unrolled
+from helpers import REPO, unrolled, vulkan_or_skip
 from test_iree_corpus import GROUPS, OTHER_TEXT_ON_OLDEST_JAX, assert_tree_close
 from whilst.lowering import compile_module, prepare, target_metadata
 from whilst.runtime import load
@@ -19,17 +18,6 @@ from whilst.runtime import load
 pytestmark = pytest.mark.iree
 
 f32 = np.float32
-
-
-def vulkan_or_skip():
-    """Skip without a Vulkan device, unless WHILST_REQUIRE_VULKAN is set (.ci/run sets
-    it where it has lavapipe): then fail."""
-    why = no_device("vulkan")
-    if why is None:
-        return
-    if os.environ.get("WHILST_REQUIRE_VULKAN"):
-        pytest.fail(f"WHILST_REQUIRE_VULKAN is set, but there is no vulkan device: {why}")
-    pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {why[:80]}")
 
 
 def tree_close(got, want, rtol=1e-5, atol=1e-6):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, no_device
+from helpers import REPO, no_device, vulkan_or_skip
 from whilst.runtime import LoadError, describe, load
 
 pytestmark = pytest.mark.iree
@@ -175,12 +175,6 @@ def test_results_outlive_the_call_and_later_calls(module):
         np.testing.assert_allclose(twice, 2 * want, rtol=1e-5)
 
 
-def _vulkan_or_skip():
-    why = no_device("vulkan")
-    if why:
-        pytest.skip(f"no vulkan device here (.ci/run installs Mesa's lavapipe): {why[:80]}")
-
-
 def vulkan_loss(x, w):
     steps, y = whilst.while_loop(lambda i, y: jnp.sum(y) < 4.0,
                                  lambda i, y: (i + 1, jnp.tanh(w * y) + 0.5), [0, x],
@@ -194,7 +188,7 @@ VULKAN_ARGS = (np.linspace(0.1, 0.4, 4, dtype=np.float32), np.float32(0.7))
 @pytest.fixture(scope="module")
 def cpu_and_vulkan():
     """A loop's value and gradient compiled for llvm-cpu and vulkan-spirv."""
-    _vulkan_or_skip()
+    vulkan_or_skip()
     fn = jax.value_and_grad(vulkan_loss, argnums=(0, 1), has_aux=True)
     return whilst.compile(fn, *VULKAN_ARGS, target=["llvm-cpu", "vulkan-spirv"]).data
 
@@ -245,7 +239,7 @@ def test_calls_that_lose_their_device_run_again_and_the_lost_devices_go_quietly(
 
     from iree_limits.vulkan_device_lost import nested, nested_unrolled
 
-    _vulkan_or_skip()
+    vulkan_or_skip()
     x, a = np.float32(0.6), np.float32(0.7)
     run = whilst.compile(jax.grad(nested, (0, 1)), x, a, target="vulkan-spirv").load("vulkan")
     want = jax.grad(nested_unrolled, (0, 1))(x, a)
