@@ -402,7 +402,7 @@ def test_event_stops_the_solve_where_diffrax_on_jax_stops(dopri5_and_batch, step
 VMAPPED_STAGE_LOOP = """
 import os, sys
 os.environ["EQX_ON_ERROR"] = "nan"
-sys.path.insert(0, {here!r})
+sys.path[:0] = [{here!r}, {tests!r}]
 import diffrax, jax, numpy as np, whilst
 from test_diffrax import RATES, Y0, lv_solve
 from whilst.integrations.diffrax import WhilstAdjoint
@@ -425,7 +425,8 @@ def test_vmapped_solve_of_8_with_its_stage_loop_unrolled_runs_on_iree():
     import subprocess
     import sys
 
-    script = VMAPPED_STAGE_LOOP.format(here=str(pathlib.Path(__file__).parent))
+    here = pathlib.Path(__file__).parent
+    script = VMAPPED_STAGE_LOOP.format(here=str(here), tests=str(here.parent))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
