@@ -38,8 +38,8 @@ from whilst.lowering import has_loops_in_dispatch, prepare, source_for  # noqa: 
 
 # The neural ODE and the optimistix programs the client tests check
 # (tests/clients/test_diffrax.py, test_optimistix.py).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "clients"))
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+sys.path[:0] = [os.path.join(TESTS, "clients"), TESTS]  # the client tests import helpers
 from test_diffrax import WEIGHTS, neural_ode  # noqa: E402
 from test_optimistix import bfgs, fixed_point, newton  # noqa: E402
 
