@@ -1,6 +1,7 @@
-"""optimistix root finds, minimisations and fixed points (their own loops, with
-lineax's LU inside Newton and the implicit gradient) compiled by `whilst.compile`
-unchanged, run by `whilst.runtime`, compared with optimistix on JAX."""
+"""optimistix root finds, minimisations, least squares and fixed points (their own
+loops, with lineax's LU inside Newton and the implicit gradient, and its QR inside
+Levenberg-Marquardt) compiled by `whilst.compile` unchanged, run by `whilst.runtime`,
+compared with optimistix on JAX."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,6 +50,17 @@ def bfgs_argmin_sum(y0, a):
                                  max_steps=256, throw=False).value)
 
 
+def rosenbrock_residuals(y, a):
+    return jnp.concatenate([jnp.sqrt(a) * (y[1:] - y[:-1] ** 2), 1 - y[:-1]])
+
+
+def levenberg_marquardt(y0, a):
+    """Rosenbrock's residuals: 4 of them, 3 unknowns (lineax's QR solves each step)."""
+    return optx.least_squares(rosenbrock_residuals,
+                              optx.LevenbergMarquardt(rtol=1e-6, atol=1e-6), y0, a,
+                              max_steps=256, throw=False).value
+
+
 CASES = {
     "newton": (newton, Y0, np.float32(0.9)),
     "newton_grad": (jax.grad(lambda y, a: jnp.sum(newton(y, a)), argnums=1), Y0,
@@ -58,6 +70,10 @@ CASES = {
                          np.float32(0.9)),
     "bfgs": (bfgs, np.array([-1.0, 1.0, 0.5], np.float32), np.float32(10.0)),
     "bfgs_implicit_grad": (jax.grad(bfgs_argmin_sum, argnums=1), Y0, np.float32(0.7)),
+    "levenberg_marquardt": (levenberg_marquardt, np.array([-1.0, 1.0, 0.5], np.float32),
+                            np.float32(10.0)),
+    "levenberg_marquardt_grad": (jax.grad(lambda y, a: jnp.sum(levenberg_marquardt(y, a)),
+                                          argnums=1), Y0, np.float32(10.0)),
 }
 
 

@@ -19,6 +19,7 @@ from whilst.ir._functional_while import functional_while_p
 from whilst.ir._gpu_export import for_gpu, scaled
 from whilst.ir._tracing import jaxprs_in_params
 from whilst.ir.iree_forms._onehot import onehot_indexing
+from whilst.ir.iree_forms._portable_linalg import expansion
 
 MAX_UNROLL = 64
 # Exports for a GPU unroll at most this many steps, `unroll=` included: IREE 3.13's
@@ -177,8 +178,15 @@ def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
 
 
 def _equations(jaxpr: Jaxpr) -> int:
-    """Equations of `jaxpr`, those of its sub-jaxprs included."""
-    return sum(1 + sum(map(_equations, jaxprs_in_params(eqn.params))) for eqn in jaxpr.eqns)
+    """Equations of `jaxpr`, those of its sub-jaxprs and of the portable linear
+    algebra it lowers to (`_portable_linalg.expansion`) included."""
+    return sum(1 + sum(map(_equations, _inside(eqn))) for eqn in jaxpr.eqns)
+
+
+def _inside(eqn) -> list:
+    """The jaxprs in `eqn`'s parameters, or what its linear algebra lowers to."""
+    expanded = expansion(eqn)
+    return [expanded] if expanded is not None else list(jaxprs_in_params(eqn.params))
 
 
 def nbytes(aval) -> int:
@@ -193,13 +201,14 @@ def total_nbytes(avals) -> int | None:
 
 
 def _work(jaxpr: Jaxpr) -> int:
-    """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds);
-    a nested loop (whilst's or jax.lax's) counts as a full iteration's budget."""
+    """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds,
+    linear algebra what it lowers to); a nested loop (whilst's or jax.lax's) counts as
+    a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS:
             return scaled(WORK_PER_ITERATION)
-        subs = list(jaxprs_in_params(eqn.params))
+        subs = _inside(eqn)
         if subs:
             total += sum(map(_work, subs))
             continue

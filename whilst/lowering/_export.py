@@ -11,9 +11,10 @@ from jax.extend.core import jaxpr_as_fun
 
 from whilst._jax_compat import threefry_rounds_unrolled
 from whilst.ir.iree_forms._export_forms import export_forms
-from whilst.ir.iree_forms._unportable_ops import refuse_custom_calls, refuse_unportable_ops
+from whilst.ir.iree_forms._unportable_ops import (
+    HIDDEN_CALLBACK, refuse_custom_calls, refuse_unportable_ops)
 from whilst.ir._gpu_export import exporting_for_gpu
-from whilst.lowering._portable_linalg import portable_linear_algebra
+from whilst.ir.iree_forms._portable_linalg import portable_linear_algebra
 from whilst.runtime.signature import LEAF, encode_tree
 
 
@@ -86,6 +87,10 @@ def export(fn, *example_args, name: str = "main", targets=()) -> Exported:
         except ValueError:      # custom calls no jaxpr showed, or JAX's own refusals
             refuse_custom_calls(jitted.lower(*specs).compiler_ir("stablehlo"))
             raise
+        except NotImplementedError as error:    # host callbacks no jaxpr showed
+            if "host_callbacks" not in str(error):
+                raise
+            raise ValueError(HIDDEN_CALLBACK) from None
     args_tree = jax.tree_util.tree_structure(tuple(specs))
     _refuse_errors(exp.out_tree)
     signature = {

@@ -48,6 +48,7 @@ import re
 from whilst.ir._buffers import UNINITIALIZED_ATTR
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
 from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
+from whilst.lowering._iree_boolean_converts import boolean_converts_selected
 from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, reshapes_as_tensor_reshape,
     results_with_own_dims)
@@ -98,6 +99,7 @@ def prepare(exports, targets=None) -> str:
                 known_broadcast_dims(module)
                 reshapes_as_tensor_reshape(module)
             _leave_uninitialized(module)
+            boolean_converts_selected(module)
             constant_expressions_folded(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)

@@ -4,9 +4,10 @@ Host callbacks (`jax.pure_callback`, `jax.experimental.io_callback`,
 `jax.debug.print`/`callback`, and equinox's runtime error checks, `eqx.error_if`,
 which diffrax, optimistix and lineax use) call back into Python: `jax.export` cannot
 serialise them and IREE has no host to call. JAX's linear algebra on CPU (`lu`,
-`triangular_solve`, `cholesky`, `eigh`, `svd`, `qr`, ...) lowers to LAPACK custom
-calls, which IREE has no kernels for; `lu`, `triangular_solve` and `cholesky` are
-exported in lax ops instead (`whilst.lowering._portable_linalg`), the others refused.
+`triangular_solve`, `cholesky`, `qr`, `eigh`, `svd`, ...) lowers to LAPACK custom
+calls, which IREE has no kernels for; `lu`, `triangular_solve`, `cholesky` and QR
+(`qr`, `geqrf`, `householder_product`, `ormqr`) are exported in lax ops instead
+(`whilst.ir.iree_forms._portable_linalg`), the others refused.
 """
 from __future__ import annotations
 
@@ -14,11 +15,21 @@ from jax.extend.core import ClosedJaxpr, Jaxpr
 
 CALLBACKS = {"pure_callback", "io_callback", "debug_callback", "debug_print"}
 # What to use instead of a LAPACK call, in both refusals.
-PORTABLE_SOLVERS = ("Solve with an LU or Cholesky factorization instead "
-                    "(jnp.linalg.solve/cholesky, lineax.LU/Cholesky, exported in portable "
-                    "ops), or an iterative solver without QR (lineax.CG).")
-LAPACK = {"eig", "eigh", "svd", "qr", "geqrf", "geqp3", "householder_product", "ormqr",
-          "hessenberg", "schur", "tridiagonal", "tridiagonal_solve"}
+PORTABLE_SOLVERS = ("Solve with an LU, Cholesky or QR factorization instead "
+                    "(jnp.linalg.solve/cholesky/qr, lineax.LU/Cholesky/QR, exported in "
+                    "portable ops), or an iterative solver (lineax.CG, lineax.GMRES).")
+LAPACK = {"eig", "eigh", "svd", "geqp3", "hessenberg", "schur", "tridiagonal",
+          "tridiagonal_solve"}
+
+
+# A host callback that only lowering shows (inside a library's own primitive).
+HIDDEN_CALLBACK = (
+    "export: the function lowers to a host callback (inside a library's own primitive, "
+    "such as lineax's `linear_solve`, whose operator and solver JAX traces only when it "
+    "lowers them), which jax.export cannot serialise and a compiled module cannot call. "
+    "If it is equinox's runtime error checks (eqx.error_if, used by lineax, optimistix "
+    "and diffrax), set the environment variable EQX_ON_ERROR=nan before importing "
+    "equinox; otherwise remove the jax.pure_callback, io_callback or jax.debug call.")
 
 
 def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
@@ -31,7 +42,7 @@ def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
         if name in LAPACK:
             raise ValueError(
                 f"export: the function calls `{name}` (JAX's linear algebra, e.g. "
-                f"jnp.linalg.eigh/svd/qr/lstsq, lineax.QR/SVD/GMRES), which JAX lowers "
+                f"jnp.linalg.eigh/svd/lstsq, a pivoted QR, lineax.SVD), which JAX lowers "
                 f"on CPU to a LAPACK custom call that IREE cannot compile. "
                 f"{PORTABLE_SOLVERS}")
 
@@ -40,7 +51,7 @@ def refuse_custom_calls(module) -> None:
     """Raise a ValueError naming the first `stablehlo.custom_call` of `module` (a lowered
     function, jaxlib's MLIR) and what to do: JAX lowers some ops only when it lowers
     the function (a library's own primitive, such as lineax's `linear_solve`, whose
-    solver's QR no jaxpr shows), and `jax.export` refuses their LAPACK calls."""
+    solver's pivoted QR no jaxpr shows), and `jax.export` refuses their LAPACK calls."""
     from jax.extend.mlir import ir
 
     targets = []
@@ -56,7 +67,7 @@ def refuse_custom_calls(module) -> None:
         raise ValueError(
             f"export: the function lowers to a custom call to `{targets[0]}`, which IREE "
             f"cannot compile (a LAPACK call where the name starts with `lapack_`: JAX's "
-            f"QR, SVD or eigh, lineax's QR, SVD or GMRES). {PORTABLE_SOLVERS}")
+            f"SVD, eigh or pivoted QR, lineax's SVD). {PORTABLE_SOLVERS}")
 
 
 def _callback_message(eqn) -> str:
