@@ -1,6 +1,6 @@
 """Client libraries' programs on whilst (issue 34): diffrax solves (its own loops
 passed unchanged, and its loops routed to whilst by `WhilstAdjoint`; a neural ODE) and
-optimistix root finds, fixed points and minimisations.
+optimistix root finds, fixed points, minimisations and least squares.
 
 Per case, in this process: the `whilst.compile` time (s, no cache; the fallback
 flag set it needed, if any), whether IREE's results match JAX's (allclose to
@@ -41,7 +41,7 @@ from whilst.lowering import has_loops_in_dispatch, prepare, source_for  # noqa: 
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
 sys.path[:0] = [os.path.join(TESTS, "clients"), TESTS]  # the client tests import helpers
 from test_diffrax import WEIGHTS, neural_ode  # noqa: E402
-from test_optimistix import bfgs, fixed_point, newton  # noqa: E402
+from test_optimistix import bfgs, fixed_point, levenberg_marquardt, newton  # noqa: E402
 
 Y0 = np.array([10.0, 10.0], np.float32)
 RATES = np.array([0.1, 0.02, 0.4, 0.02], np.float32)
@@ -97,6 +97,8 @@ CASES = {   # name -> (fn, args)
     "fixed_point_grad": (jax.grad(lambda y, a: jnp.sum(fixed_point(y, a)), argnums=1),
                          (Y3, np.float32(0.9))),
     "bfgs": (bfgs, (np.array([-1.0, 1.0, 0.5], np.float32), np.float32(10.0))),
+    "levenberg_marquardt": (levenberg_marquardt, (np.array([-1.0, 1.0, 0.5], np.float32),
+                                                  np.float32(10.0))),
 }
 
 
