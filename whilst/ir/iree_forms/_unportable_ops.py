@@ -49,9 +49,10 @@ def refuse_unportable_ops(jaxpr: ClosedJaxpr) -> None:
 
 def refuse_custom_calls(module) -> None:
     """Raise a ValueError naming the first `stablehlo.custom_call` of `module` (a lowered
-    function, jaxlib's MLIR) and what to do: JAX lowers some ops only when it lowers
-    the function (a library's own primitive, such as lineax's `linear_solve`, whose
-    solver's pivoted QR no jaxpr shows), and `jax.export` refuses their LAPACK calls."""
+    function, jaxlib's MLIR) and what to do: some ops become custom calls only when JAX
+    lowers the function (a pivoted `qr`, whose rule calls LAPACK's geqp3; a library's
+    own primitive, such as lineax's `linear_solve`, whose solver no jaxpr shows), and
+    `jax.export` refuses their LAPACK calls."""
     from jax.extend.mlir import ir
 
     targets = []
