@@ -16,6 +16,7 @@ they are: no matrix product reads one.
 from __future__ import annotations
 
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_narrow_types import is_boolean_tensor
 
 
 def boolean_converts_selected(module) -> int:
@@ -24,8 +25,9 @@ def boolean_converts_selected(module) -> int:
     many."""
     from iree.compiler import ir
 
-    converts = ops_where(module, lambda op: op.name == "stablehlo.convert" and _booleans(
-        op.operands[0].type) and _numbers(op.results[0].type))
+    converts = ops_where(module, lambda op: op.name == "stablehlo.convert"
+                         and is_boolean_tensor(op.operands[0].type)
+                         and op.operands[0].type.rank > 0 and _numbers(op.results[0].type))
     for op in converts:
         result = ir.RankedTensorType(op.results[0].type)
         element = result.element_type
@@ -41,19 +43,10 @@ def boolean_converts_selected(module) -> int:
     return len(converts)
 
 
-def _booleans(type_) -> bool:
-    from iree.compiler import ir
-
-    return (isinstance(type_, ir.RankedTensorType) and ir.RankedTensorType(type_).rank > 0
-            and ir.RankedTensorType(type_).element_type == ir.IntegerType.get_signless(1))
-
-
 def _numbers(type_) -> bool:
-    """A static-shaped tensor of integers other than `i1`, or of floats."""
+    """A static-shaped tensor of floats or of integers other than `i1`."""
     from iree.compiler import ir
 
-    if not (isinstance(type_, ir.RankedTensorType) and ir.RankedTensorType(type_).has_static_shape):
-        return False
-    element = ir.RankedTensorType(type_).element_type
-    return (isinstance(element, ir.FloatType) or isinstance(element, ir.IntegerType)
-            and ir.IntegerType(element).width > 1)
+    return (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape
+            and not is_boolean_tensor(type_)
+            and isinstance(type_.element_type, (ir.FloatType, ir.IntegerType)))

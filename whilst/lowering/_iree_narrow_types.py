@@ -105,7 +105,7 @@ def _rewrite_block(block, i32, booleans) -> None:
                     _rewrite_block(inner, i32, booleans)
         else:
             for result in op.results:
-                if _is_boolean_tensor(result.type):
+                if is_boolean_tensor(result.type):
                     with ir.InsertionPoint.after(op), op.location:
                         wide = _convert(result, i32)
                     result.replace_all_uses_except(wide, wide.owner.operation)
@@ -146,12 +146,13 @@ def _is_test_region(op) -> bool:
 def _retype(value, i32, booleans) -> None:
     from iree.compiler import ir
 
-    if _is_boolean_tensor(value.type):
+    if is_boolean_tensor(value.type):
         value.set_type(ir.RankedTensorType.get(value.type.shape, i32, value.type.encoding))
         booleans.add(value)
 
 
-def _is_boolean_tensor(type_) -> bool:
+def is_boolean_tensor(type_) -> bool:
+    """Whether `type_` is a ranked tensor of `i1`."""
     from iree.compiler import ir
 
     if not isinstance(type_, ir.RankedTensorType):
@@ -168,7 +169,7 @@ def _convert(value, element):
 
     shaped = ir.RankedTensorType(value.type)
     result = ir.RankedTensorType.get(shaped.shape, element, shaped.encoding)
-    if not _is_boolean_tensor(result) or not shaped.has_static_shape:
+    if not is_boolean_tensor(result) or not shaped.has_static_shape:
         return ir.Operation.create("stablehlo.convert", results=[result], operands=[value]).result
     zero = ir.Operation.create("stablehlo.constant", results=[shaped], attributes={
         "value": ir.DenseElementsAttr.get_splat(shaped, ir.IntegerAttr.get(shaped.element_type, 0))})

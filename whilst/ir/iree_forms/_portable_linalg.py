@@ -59,6 +59,7 @@ from whilst._jax_compat import _platform_specific_lowerings
 UNROLLED_ROWS = 32
 
 
+@functools.cache
 def _rules():
     """{primitive: the jax.numpy function its portable lowering runs}."""
     return {_linalg.lu_p: _linalg._lu_python, _linalg.triangular_solve_p: triangular_solve,
@@ -86,12 +87,11 @@ def portable_linear_algebra():
     """Within the block, `lu`, `triangular_solve`, `cholesky`, `geqrf`,
     `householder_product` and `ormqr` lower for CPU without LAPACK."""
     cpu = _platform_specific_lowerings["cpu"]
-    saved = {p: cpu.get(p) for p in (_linalg.lu_p, _linalg.ormqr_p, _linalg.triangular_solve_p,
-                                     _linalg.cholesky_p, _linalg.geqrf_p,
-                                     _linalg.householder_product_p)}
-    cpu.pop(_linalg.lu_p, None)     # JAX's default rule: _lu_python
-    for primitive in (_linalg.triangular_solve_p, _linalg.cholesky_p, _linalg.geqrf_p,
-                      _linalg.householder_product_p, _linalg.ormqr_p):
+    # lu's and qr's default rules are JAX's own (_lu_python; geqrf and householder_product)
+    ours = [p for p in _rules() if p not in (_linalg.lu_p, _linalg.qr_p)]
+    saved = {p: cpu.get(p) for p in (_linalg.lu_p, *ours)}
+    cpu.pop(_linalg.lu_p, None)
+    for primitive in ours:
         mlir.register_lowering(primitive, mlir.lower_fun(
             _rules()[primitive], multiple_results=primitive.multiple_results), platform="cpu")
     try:
@@ -190,13 +190,7 @@ def cholesky(a):
                           jnp.where(rows == j, diagonal[..., None], jnp.zeros_like(s)))
         return lax.dynamic_update_index_in_dim(l, value[..., None], j, axis=l.ndim - 1), ok
 
-    carry = (jnp.zeros_like(a), ok)
-    if n <= UNROLLED_ROWS:
-        for j in range(n):
-            carry = column(j, carry)
-    else:
-        carry = lax.fori_loop(0, n, column, carry)
-    l, ok = carry
+    l, ok = _steps(n, column, (jnp.zeros_like(a), ok))
     return jnp.where(ok[..., None, None], l, jnp.full_like(l, jnp.nan))
 
 
@@ -229,13 +223,7 @@ def geqrf(a):
         a = lax.dynamic_update_index_in_dim(a, column[..., None], j, axis=a.ndim - 1)
         return a, lax.dynamic_update_index_in_dim(taus, tau[..., None], j, axis=taus.ndim - 1)
 
-    carry = (a, jnp.zeros(a.shape[:-2] + (k,), a.dtype))
-    if k <= UNROLLED_ROWS:
-        for j in range(k):
-            carry = reflect(j, carry)
-    else:
-        carry = lax.fori_loop(0, k, reflect, carry)
-    return list(carry)
+    return list(_steps(k, reflect, (a, jnp.zeros(a.shape[:-2] + (k,), a.dtype))))
 
 
 def householder_product(a, taus):
@@ -264,13 +252,19 @@ def ormqr(a, taus, c, *, left, transpose):
         return c - tau * jnp.einsum("...ij,...j->...i", c, v)[..., :, None] * jnp.conj(v)[
             ..., None, :]
 
-    if k <= UNROLLED_ROWS:
-        for i in range(k):
-            c = reflect(i, c)
-        return c
-    return lax.fori_loop(0, k, reflect, c)
+    return _steps(k, reflect, c)
 
 
 def _reflector(x, j, rows):
     """`x` below row `j`, 1 at it, 0 above: the vector of a Householder reflector."""
     return jnp.where(rows > j, x, (rows == j).astype(x.dtype))
+
+
+def _steps(n, step, carry):
+    """`for i in range(n): carry = step(i, carry)`, unrolled up to UNROLLED_ROWS steps,
+    a `fori_loop` past them."""
+    if n > UNROLLED_ROWS:
+        return lax.fori_loop(0, n, step, carry)
+    for i in range(n):
+        carry = step(i, carry)
+    return carry
