@@ -83,6 +83,20 @@ def module():
     return whilst.compile(exports).load()
 
 
+# The cases whose loops branch (`lax.cond`): Levenberg-Marquardt's accepted or
+# rejected step, BFGS's line search.
+BRANCHING = ["bfgs", "levenberg_marquardt", "levenberg_marquardt_grad"]
+
+
+@pytest.fixture(scope="module")
+def host_driven():
+    """The BRANCHING cases compiled with every loop stepped from the host (as for a
+    GPU), loaded on local-task."""
+    exports = [whilst.export(fn, y0, a, name=name)
+               for name, (fn, y0, a) in CASES.items() if name in BRANCHING]
+    return whilst.compile(exports, loops_in_dispatch=False).load("local-task")
+
+
 def test_bfgs_implicit_gradient_is_the_argmin_derivative():
     np.testing.assert_allclose(jax.grad(bfgs_argmin_sum, argnums=1)(Y0, 0.7), 6.0, rtol=1e-4)
 
@@ -93,4 +107,15 @@ def test_matches_optimistix_on_jax(module, name):
     for scale in (1.0, 0.5):
         want = jax.jit(fn)(y0 * scale, a)
         np.testing.assert_allclose(getattr(module, name)(y0 * scale, a), want,
+                                   rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", BRANCHING)
+def test_host_driven_loops_match_optimistix_on_local_task(host_driven, name):
+    """Before: Levenberg-Marquardt failed every call on local-task and vulkan (its
+    step's `lax.cond` returns a constant: iree_limits/constant_branch_result.mlir)."""
+    fn, y0, a = CASES[name]
+    for scale in (1.0, 0.5):
+        want = jax.jit(fn)(y0 * scale, a)
+        np.testing.assert_allclose(getattr(host_driven, name)(y0 * scale, a), want,
                                    rtol=2e-5, atol=2e-5)

@@ -45,6 +45,11 @@ LARGE_CARRY_BYTES = 64 * 1024  # (CPU)
 # gain little, and IREE 3.13 fails on some ("failed to solve for timepoint
 # coverage": the Newton sample's solver, 13 steps of two lax.scans each).
 LOOPS = frozenset({"scan", "while"})
+# So do branches (`lax.cond`, `lax.switch`): each is a branch the host takes where
+# IREE drives the loop from the host, so unrolled copies gain little, and IREE 3.13
+# fails on a loop that carries 4 values through 32 unrolled copies of one `lax.cond`
+# ("failed to solve for timepoint coverage", `iree_limits/branches_in_loop.py`).
+BRANCHES = frozenset({"cond"})
 # Unrolled bodies that index at a computed position fail in iree-compile 3.13:
 # writes segfault or leave unresolved materializations; reads compile for some
 # programs and fail with "failed to solve for timepoint coverage" for others.
@@ -202,11 +207,12 @@ def total_nbytes(avals) -> int | None:
 
 def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds,
-    linear algebra what it lowers to); a nested loop (whilst's or jax.lax's) counts as
-    a full iteration's budget."""
+    linear algebra what it lowers to); a nested loop (whilst's or jax.lax's) or
+    branch counts as a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS:
+        if (eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS
+                or eqn.primitive.name in BRANCHES):
             return scaled(WORK_PER_ITERATION)
         subs = _inside(eqn)
         if subs:

@@ -91,11 +91,11 @@ def constant_results_copied(module) -> None:
     for func in public_functions(module):
         ret = list(func.regions[0].blocks[0].operations)[-1].operation
         for index, value in enumerate(ret.operands):
-            if not _reads_arguments(value) and isinstance(value.type, ir.RankedTensorType):
+            if not reads_arguments(value) and isinstance(value.type, ir.RankedTensorType):
                 ret.operands[index] = opaque_copy(value, ret)
 
 
-def _reads_arguments(value) -> bool:
+def reads_arguments(value) -> bool:
     """Whether `value` is computed from an argument of its function. A result of a
     `stablehlo.while` reads what its initial value, the body's update of it and
     the loop test read, through the carries they read: a loop counter of
