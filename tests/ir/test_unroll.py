@@ -99,9 +99,32 @@ def test_automatic_unroll_prefers_tiny_bodies():
     long_body = k_of(lambda i, x: (i + 1, functools.reduce(lambda y, _: jnp.sin(y) * 0.9,
                                                            range(300), x)),
                      np.ones(2, np.float32))
+    branching = k_of(lambda i, x: (i + 1, jax.lax.cond(i < 3, jnp.sin, jnp.cos, x)),
+                     np.ones(8, np.float32))
     assert tiny > 8 and matvec == 1 and big_carry == 1 and nested_scan == 1
     assert small_table > 1 and large_table == 1  # small tables: one-hot selects
     assert long_body == 1  # k copies of 600 equations would slow iree-compile
+    assert branching == 1  # each copy a host branch: 32 failed iree-compile
+
+
+def test_random_bits_weigh_what_they_lower_to():
+    """One `random_split` and one `random_bits` equation lower to about 200 ops of
+    threefry rounds: a key-carrying body unrolls as a body of that many equations
+    (before, 17 steps: 70 s of iree-compile for the forward alone)."""
+    def k_of(body):
+        x = np.ones(3, np.float32)
+        jaxpr = whilst.trace(lambda k, x: whilst.while_loop(lambda k, x: jnp.sum(x) < 9.0,
+                                                             body, [k, x]),
+                             jax.random.key(0), x)
+        (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "functional_while"]
+        return unroll_factor(eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"], None)
+
+    def noisy(k, x):
+        k, sub = jax.random.split(k)
+        return k, x * (1.0 + jax.random.uniform(sub, x.shape))
+
+    assert k_of(noisy) <= 2
+    assert k_of(lambda k, x: (k, x * 1.5)) > 8
 
 
 def test_unroll_must_be_a_positive_int():

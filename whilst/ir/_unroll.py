@@ -17,6 +17,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
 from whilst._jax_compat import is_constant_shape
 from whilst.ir._functional_while import functional_while_p
 from whilst.ir._gpu_export import for_gpu, scaled
+from whilst.ir._lowered_size import lowered_ops
 from whilst.ir._tracing import jaxprs_in_params
 from whilst.ir.iree_forms._onehot import onehot_indexing
 from whilst.ir.iree_forms._portable_linalg import expansion
@@ -184,8 +185,10 @@ def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
 
 def _equations(jaxpr: Jaxpr) -> int:
     """Equations of `jaxpr`, those of its sub-jaxprs and of the portable linear
-    algebra it lowers to (`_portable_linalg.expansion`) included."""
-    return sum(1 + sum(map(_equations, _inside(eqn))) for eqn in jaxpr.eqns)
+    algebra it lowers to (`_portable_linalg.expansion`) included; a random-bits
+    equation counts the ops it lowers to (`_lowered_size`)."""
+    return sum(lowered_ops(eqn) or 1 + sum(map(_equations, _inside(eqn)))
+               for eqn in jaxpr.eqns)
 
 
 def _inside(eqn) -> list:
@@ -207,7 +210,8 @@ def total_nbytes(avals) -> int | None:
 
 def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds,
-    linear algebra what it lowers to); a nested loop (whilst's or jax.lax's) or
+    linear algebra what it lowers to, random bits each element once per op they
+    lower to); a nested loop (whilst's or jax.lax's) or
     branch counts as a full iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
@@ -225,5 +229,5 @@ def _work(jaxpr: Jaxpr) -> int:
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs_shape = eqn.invars[0].aval.shape
             out *= int(np.prod([lhs_shape[d] for d in contract], dtype=np.int64))
-        total += out
+        total += out * (lowered_ops(eqn) or 1)
     return total
