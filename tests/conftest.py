@@ -9,7 +9,9 @@ them do, else the test's own decorator), the samples and the corpus `slow`; here
 JAX-side tests that take 10 s or more on the 2-core machine are marked `long`, and all
 others `quick`: `pytest -m quick -n 2` is the everyday loop (README, Set-up); `by_hand`
 marks the tests CI leaves out. The oracles the tests share are in helpers.py."""
+import gc
 import os
+import sys
 
 import pytest
 
@@ -83,3 +85,19 @@ def pytest_configure(config):
         where = session / "whilst-cache"
     os.makedirs(where, exist_ok=True)
     os.environ["WHILST_CACHE_DIR"] = str(where)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_vulkan_device_outlives_its_file():
+    """An error at the end of a test file that leaves whilst's Vulkan device alive: on
+    lavapipe it spins two threads for as long as it lives
+    (iree_limits/vulkan_idle_spin.py), and the tests of the other pytest worker run
+    many times slower beside it."""
+    yield
+    devices = sys.modules.get("whilst.runtime._devices")
+    if devices is None:
+        return
+    gc.collect()
+    if devices.current("vulkan") is not None:
+        pytest.fail("a Vulkan device outlives this test file: something (a module-scoped "
+                    "fixture, a global) still holds a module loaded on vulkan")

@@ -457,7 +457,7 @@ def test_whilst_compile_and_run_of_an_f64_argument(tmp_path, x64):
     np.testing.assert_allclose(got, exp_loop_numpy(x), rtol=1e-13)
 
 
-# ------------------------------------------------- the corpus on Vulkan (last: see its fixture)
+# ------------------------------------------------- the corpus on Vulkan
 
 CASES = [(group, c) for group, cases in GROUPS.items() for c in cases]
 
@@ -465,24 +465,24 @@ CASES = [(group, c) for group, cases in GROUPS.items() for c in cases]
 @pytest.fixture(scope="module")
 def vulkan_corpus():
     """The IREE conformance corpus exported for vulkan-spirv, one module per group and
-    per `OTHER_TEXT_ON_OLDEST_JAX` membership (as for llvm-cpu), loaded on the vulkan
-    driver once all are compiled, and last in this file: a Vulkan device spins two
-    threads on lavapipe while a module holds it (iree_limits/vulkan_idle_spin.py),
-    which would slow the compiles beside it."""
+    per `OTHER_TEXT_ON_OLDEST_JAX` membership (as for llvm-cpu), compiled; each test
+    loads its module on the vulkan driver for as long as it runs: a Vulkan device
+    spins two threads on lavapipe while a module holds it
+    (iree_limits/vulkan_idle_spin.py), which slows the other pytest worker."""
     vulkan_or_skip()
     members = collections.defaultdict(list)
     for group, c in CASES:
         members[group, c.name in OTHER_TEXT_ON_OLDEST_JAX].append(c)
-    compiled = {key: whilst.compile([whilst.export(c.fn, *c.args, name=c.name,
-                                                   targets=["vulkan-spirv"]) for c in cases],
-                                    target="vulkan-spirv")
-                for key, cases in members.items()}
-    return {key: module.load("vulkan") for key, module in compiled.items()}
+    return {key: whilst.compile([whilst.export(c.fn, *c.args, name=c.name,
+                                               targets=["vulkan-spirv"]) for c in cases],
+                                target="vulkan-spirv")
+            for key, cases in members.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group, case", CASES, ids=[c.name for _, c in CASES])
 def test_corpus_runs_on_vulkan_like_the_oracle(vulkan_corpus, group, case):
-    run = vulkan_corpus[group, case.name in OTHER_TEXT_ON_OLDEST_JAX][case.name]
+    module = vulkan_corpus[group, case.name in OTHER_TEXT_ON_OLDEST_JAX].load("vulkan")
+    run = getattr(module, case.name)
     for args in [case.args, *case.more_args]:
         assert_tree_close(run(*args), case.want(*args), case.rtol)
