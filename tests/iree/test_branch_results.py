@@ -10,7 +10,7 @@ import pytest
 from iree.compiler import ir
 
 import whilst
-from helpers import REPO, no_device
+from helpers import REPO, vulkan_or_skip
 from whilst.lowering import prepare
 from whilst.lowering._iree import _iree_compile
 from whilst.lowering._iree_branch_results import constant_branch_results_fenced
@@ -42,6 +42,7 @@ def on_local_task(text: str):
 
 
 def fenced(text: str) -> str:
+    """`text` as whilst's preparation fences its branch results."""
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         constant_branch_results_fenced(module)
@@ -97,21 +98,33 @@ def test_only_the_constant_branch_results_are_fenced():
     assert "stablehlo.optimization_barrier" not in users[1], users
 
 
-def test_a_loop_carrying_a_conds_constant_branch_runs_on_every_driver():
-    """Compiled for llvm-cpu and vulkan-spirv (every loop stepped from the host), on
-    local-sync, local-task and vulkan where there is a Vulkan device; and the
-    llvm-cpu module of whilst's defaults on local-task. x = 0 runs the constant
-    branch only, 9 never, 2.5 both."""
+@pytest.fixture(scope="module")
+def cond_modules():
+    """`cond_sum` and its gradient compiled for llvm-cpu and vulkan-spirv (every loop
+    stepped from the host), and for llvm-cpu with whilst's defaults."""
     targets = ["llvm-cpu", "vulkan-spirv"]
     functions = (cond_sum, cond_sum_grad)
     both = whilst.compile([whilst.export(fn, np.float32(1.0), N, name=fn.__name__,
                                          targets=targets) for fn in functions], target=targets)
     default = whilst.compile([whilst.export(fn, np.float32(1.0), N, name=fn.__name__)
                               for fn in functions])
-    loaded = [both.load("local-sync"), both.load("local-task"), default.load("local-task")]
-    if no_device("vulkan") is None:
-        loaded.append(both.load("vulkan"))
-    for module in loaded:
-        for x in (0.0, 2.5, 9.0):
-            assert float(module.cond_sum(np.float32(x), N)) == python_sum(x, N)
-            assert float(module.cond_sum_grad(np.float32(x), N)) == python_sum_dx(x, N)
+    return both, default
+
+
+def assert_cond_sums(module):
+    """x = 0 runs the constant branch only, 9 never, 2.5 both."""
+    for x in (0.0, 2.5, 9.0):
+        assert float(module.cond_sum(np.float32(x), N)) == python_sum(x, N)
+        assert float(module.cond_sum_grad(np.float32(x), N)) == python_sum_dx(x, N)
+
+
+def test_a_loop_carrying_a_conds_constant_branch_runs_on_the_cpu_drivers(cond_modules):
+    both, default = cond_modules
+    for module in (both.load("local-sync"), both.load("local-task"),
+                   default.load("local-task")):
+        assert_cond_sums(module)
+
+
+def test_a_loop_carrying_a_conds_constant_branch_runs_on_vulkan(cond_modules):
+    vulkan_or_skip()
+    assert_cond_sums(cond_modules[0].load("vulkan"))

@@ -187,7 +187,7 @@ def _equations(jaxpr: Jaxpr) -> int:
     """Equations of `jaxpr`, those of its sub-jaxprs and of the portable linear
     algebra it lowers to (`_portable_linalg.expansion`) included; a random-bits
     equation counts the ops it lowers to (`_lowered_size`)."""
-    return sum(lowered_ops(eqn) or 1 + sum(map(_equations, _inside(eqn)))
+    return sum(lowered_ops(eqn) or (1 + sum(map(_equations, _inside(eqn))))
                for eqn in jaxpr.eqns)
 
 
@@ -211,8 +211,8 @@ def total_nbytes(avals) -> int | None:
 def _work(jaxpr: Jaxpr) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds,
     linear algebra what it lowers to, random bits each element once per op they
-    lower to); a nested loop (whilst's or jax.lax's) or
-    branch counts as a full iteration's budget."""
+    lower to); a nested loop (whilst's or jax.lax's) or a branch counts as a full
+    iteration's budget."""
     total = 0
     for eqn in jaxpr.eqns:
         if (eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS
