@@ -199,25 +199,26 @@ def test_a_fallback_from_aggressive_fusion_says_which_failure_and_why(tmp_path):
         "iree-compile"):]
 
 
-def test_a_module_no_flag_set_compiles_says_what_each_met_and_why_loops_nest():
+def test_a_module_no_flag_set_compiles_says_what_each_met_and_what_to_do():
     """iree_limits/branches_in_loop.py: 34 host branches over 17 carries in a loop body
     stepped from the host, which iree-compile 3.13 fails to solve for timepoint
     coverage with every flag set (in a dispatch, the loop compiles).
     The error keeps the last diagnostics, says in one line what each flag set met, and
-    gives the advice for nested loops (NESTED_LOOPS_HINT), as it does wherever any
-    flag set met that failure (the third derivative of an unbounded loop met it with
-    default fusion, and another error with the flag set after)."""
+    gives the advice for many loops and branches in a body (TIMEPOINT_COVERAGE_HINT), as
+    it does wherever any flag set met that failure (the third derivative of an
+    unbounded loop met it with default fusion, and another error with the flag set
+    after)."""
     from iree_limits.branches_in_loop import loop
     from whilst.lowering import flag_sets
-    from whilst.lowering._iree import NESTED_LOOPS_HINT
+    from whilst.lowering._iree import TIMEPOINT_COVERAGE_HINT
 
     reasons = []
     with pytest.raises(whilst.CompileError) as e:
         compile_module(loop(34, 17, "case"), loops_in_dispatch=False,
                        on_fallback=lambda reason, flags: reasons.append(reason))
     msg = str(e.value)
-    assert msg.endswith(NESTED_LOOPS_HINT), msg
-    tried = msg.split("\nEach flag set tried failed:\n")[1][:-len(NESTED_LOOPS_HINT)]
+    assert msg.endswith(TIMEPOINT_COVERAGE_HINT), msg
+    tried = msg.split("\nEach flag set tried failed:\n")[1][:-len(TIMEPOINT_COVERAGE_HINT)]
     lines = tried.split("\n")
     assert len(lines) == len(reasons) + 1 == len(flag_sets(("llvm-cpu",),
                                                              loops_in_dispatch=False)), msg

@@ -325,14 +325,16 @@ def target_metadata(targets, cpu="host", gpu_arch=None) -> list[dict]:
 # iree-compile 3.13's diagnostic for loop bodies with too many loops and host branches
 # nested in them (iree_limits/branches_in_loop.py), and what a user can do.
 TIMEPOINT_COVERAGE = "failed to solve for timepoint coverage"
-NESTED_LOOPS_HINT = (
-    "\nIREE 3.13 fails to solve for timepoint coverage on loops nested deep in loop "
-    "bodies, as in a gradient of a gradient (reverse over reverse) through a whilst "
-    "loop that runs past its gradient_memory (no maximum_iterations, or more rows than "
-    "gradient_memory holds). Give that loop maximum_iterations whose rows fit "
-    "gradient_memory (whilst.residual_report gives the bytes per step), or "
-    "checkpoints=K; or take the second derivative forward over reverse (jax.jvp of "
-    "jax.grad).")
+TIMEPOINT_COVERAGE_HINT = (
+    "\nIREE 3.13 fails to solve for timepoint coverage on loop bodies that hold many "
+    "loops or branches (lax.cond, lax.switch), each stepped from the host. Where a body "
+    "branches several times, jnp.where in place of lax.cond computes both sides and "
+    "branches nowhere. Nested loops come from a gradient of a gradient (reverse over "
+    "reverse) through a whilst loop that runs past its gradient_memory (no "
+    "maximum_iterations, or more rows than gradient_memory holds): give that loop "
+    "maximum_iterations whose rows fit gradient_memory (whilst.residual_report gives "
+    "the bytes per step), or checkpoints=K; or take the second derivative forward over "
+    "reverse (jax.jvp of jax.grad).")
 
 # The iree-compile phases `compile_module` stops at: to read the bindings, and to
 # edit the VM program (`_iree_vm_branches`).
@@ -365,13 +367,13 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     Raises:
       CompileError: no flag set made such a module; IREE's diagnostics, or what
         `cannot_run` found, for the last one, what each flag set tried met (one
-        line each, where more than one was tried), and NESTED_LOOPS_HINT where
+        line each, where more than one was tried), and TIMEPOINT_COVERAGE_HINT where
         any of them failed to solve for timepoint coverage.
     """
     from iree.compiler import tools
 
     forms = {}  # `source_for`'s, each made once
-    hoisting_crashed, nested_loops, met = False, False, []  # met: why each try failed
+    hoisting_crashed, uncovered, met = False, False, []  # met: why each try failed
     for flags in flag_sets(targets, cpu, gpu_arch, loops_in_dispatch):
         if hoisting_crashed and NO_CONST_EXPR_HOISTING not in flags:
             continue
@@ -396,7 +398,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
                 reason = _failure(str(e))
                 hoisting_crashed = hoisting_crashed or (
                     _crash_frame(str(e)) is not None and HOISTING_CRASH_SOURCE in str(e))
-                nested_loops = nested_loops or TIMEPOINT_COVERAGE in str(e)
+                uncovered = uncovered or TIMEPOINT_COVERAGE in str(e)
                 error += _illegal_op_hint(str(e)) + float64_hint(str(e), targets)
                 failed = (loops_at_lines(source, _error_lines(str(e))) - on_host
                           if has_loops_in_dispatch(flags) else set())
@@ -408,7 +410,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             source = source_for(text, flags, forms, on_host) if failed else None
     if len(met) > 1:
         error += "\nEach flag set tried failed:\n" + "\n".join(f"  {m}" for m in met)
-    raise CompileError(error + (NESTED_LOOPS_HINT if nested_loops else "")) from None
+    raise CompileError(error + (TIMEPOINT_COVERAGE_HINT if uncovered else "")) from None
 
 
 def has_aggressive_fusion(flags) -> bool:
