@@ -80,6 +80,31 @@ def nested_sin_oracle(x, outer, a=1.0):
     return x
 
 
+def nested_in_chunks(x, a, n, gradient_memory):
+    """sum(x) after n outer steps: step i runs i % 3 + 1 inner steps `y = sin(y) * a +
+    x` (a loop with maximum_iterations=3), then `x = y * 0.9`; the outer loop in chunks
+    that fit `gradient_memory`."""
+    import whilst
+
+    def outer_body(i, x):
+        _, y = whilst.while_loop(lambda j, y: j <= i % 3,
+                                 lambda j, y: (j + 1, jnp.sin(y) * a + x), [0, x],
+                                 maximum_iterations=3)
+        return i + 1, y * 0.9
+    return jnp.sum(whilst.while_loop(lambda i, x: i < n, outer_body, [0, x],
+                                     gradient_memory=gradient_memory)[1])
+
+
+def nested_in_chunks_oracle(x, a, n):
+    """`nested_in_chunks` in plain Python."""
+    for i in range(n):
+        y = x
+        for _ in range(i % 3 + 1):
+            y = jnp.sin(y) * a + x
+        x = y * 0.9
+    return jnp.sum(x)
+
+
 def per_example_sin_oracle(x, n):
     """n steps of `x = sin(x) * 1.5 + 0.1` in plain Python: the oracle of the loops
     vmapped with a trip count per example."""

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, host_driven_stream, nested_sin_oracle, unrolled
+from helpers import (REPO, host_driven_stream, nested_in_chunks, nested_in_chunks_oracle,
+                     nested_sin_oracle, unrolled)
 from whilst._compile import FALLBACK_NOTE
 from whilst.ir import iter_loops
 from whilst.ir._xla_cpu_choice import portable_forms, xla_cpu_forms
@@ -416,26 +417,10 @@ def test_nested_loop_in_chunks_past_the_first(memory):
     loop: under jax.jit its gradient While reverses the last chunk in its first
     trip, from the forward's stacks; eagerly the last chunk's gradient runs first.
     Trip counts from 0 to 10 chunks."""
-    def f(x, a, n):
-        def outer_body(i, x):
-            _, y = whilst.while_loop(lambda j, y: j <= i % 3,
-                                     lambda j, y: (j + 1, jnp.sin(y) * a + x), [0, x],
-                                     maximum_iterations=3)
-            return i + 1, y * 0.9
-        return jnp.sum(whilst.while_loop(lambda i, x: i < n, outer_body, [0, x],
-                                         gradient_memory=memory)[1])
-
-    def oracle(x, a, n):
-        for i in range(n):
-            y = x
-            for _ in range(i % 3 + 1):
-                y = jnp.sin(y) * a + x
-            x = y * 0.9
-        return jnp.sum(x)
-
+    f = functools.partial(nested_in_chunks, gradient_memory=memory)
     jitted = jax.jit(jax.grad(f, (0, 1)))
     ns = [0, 1, 3, 7, 20]
-    wants = [jax.grad(oracle, (0, 1))(X, W, n) for n in ns]
+    wants = [jax.grad(nested_in_chunks_oracle, (0, 1))(X, W, n) for n in ns]
     for n, want in zip(ns, wants):
         for got in [jitted(X, W, n), jax.grad(f, (0, 1))(X, W, n)]:
             for g, w in zip(got, want):

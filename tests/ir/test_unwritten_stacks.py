@@ -14,7 +14,7 @@ from jax.extend.mlir import ir
 from jax.interpreters import mlir
 
 import whilst
-from helpers import nested_sin_oracle, unrolled
+from helpers import nested_in_chunks, nested_in_chunks_oracle, nested_sin_oracle, unrolled
 from whilst._jax_compat import broadcast_in_dim
 from whilst.ir import _buffers
 
@@ -148,25 +148,9 @@ def test_vmapped_nested_loops_in_chunks_read_written_rows_only(poisoned_stacks):
     the inner gradient While ran 2**31 steps (unpoisoned, as long as the memory said:
     tests/ir/test_budget.py's version of this program took 1767 s in CI once in a few
     runs). The count is now at most the inner loop's bound."""
-    def f(x, a, n):
-        def outer_body(i, x):
-            _, y = whilst.while_loop(lambda j, y: j <= i % 3,
-                                     lambda j, y: (j + 1, jnp.sin(y) * a + x), [0, x],
-                                     maximum_iterations=3)
-            return i + 1, y * 0.9
-        return jnp.sum(whilst.while_loop(lambda i, x: i < n, outer_body, [0, x],
-                                         gradient_memory=2048)[1])
-
-    def oracle(x, a, n):
-        for i in range(n):
-            y = x
-            for _ in range(i % 3 + 1):
-                y = jnp.sin(y) * a + x
-            x = y * 0.9
-        return jnp.sum(x)
-
+    f = functools.partial(nested_in_chunks, gradient_memory=2048)
     ns = [0, 1, 3, 7, 20]
     got = jax.jit(jax.vmap(jax.grad(f, (0, 1)), in_axes=(None, None, 0)))(X, W, jnp.array(ns))
-    wants = [jax.grad(oracle, (0, 1))(X, W, n) for n in ns]
+    wants = [jax.grad(nested_in_chunks_oracle, (0, 1))(X, W, n) for n in ns]
     for g, w in zip(got, map(np.stack, zip(*wants))):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
