@@ -11,7 +11,7 @@ from iree.compiler import ir
 
 import whilst
 from helpers import REPO, vulkan_or_skip
-from whilst.lowering import prepare
+from whilst.lowering import compile_flags, prepare
 from whilst.lowering._iree import _iree_compile
 from whilst.lowering._iree_branch_results import constant_branch_results_fenced
 from whilst.lowering._ir_walk import ops_where
@@ -19,8 +19,7 @@ from whilst.lowering._ir_walk import ops_where
 pytestmark = pytest.mark.iree
 
 PROGRAM = (REPO / "iree_limits" / "constant_branch_result.mlir").read_text()
-CPU = ["--iree-input-type=stablehlo", "--iree-hal-target-device=local",
-       "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+CPU = compile_flags(("llvm-cpu",))
 N = 5
 
 
