@@ -79,18 +79,19 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     first = jax.make_jaxpr(jax.grad(cos_twice_unbounded))(1.0).jaxpr
     bounded = [e for e in iter_loops(first) if e.params["static_bound"] is not None]
     # a chunk's steps and their gradient: under jax.jit chunk 0's writing rows, the
-    # others' keeping none, the last chunk's again; exported the same but chunk 0's;
-    # the last chunk's gradient in both forms of the gradient While's choice
-    assert len(bounded) == 11
+    # others' keeping none, the last chunk's again, the last chunk's gradient and the
+    # gradient While's two; exported the forward's chunk loop keeping none and the
+    # gradient While's two
+    assert len(bounded) == 9
     assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
     second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice_unbounded)))(1.0).jaxpr
     policies = [e.params["gradient"] for e in iter_loops(second)]
     # the one While over chunks is the first derivative's, run as it is, its chunks
     # of a 32nd of the budget: (2**15 - 64 slots * 8 bytes) / 4 bytes a row
     assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [8064]
-    # 61 loops when each started a budget of its own; 33 now (both forms of choices,
+    # 61 loops when each started a budget of its own; 27 now (both forms of choices,
     # the XLA:CPU form of a checkpointed gradient While stepping forwards in one branch)
-    assert len(policies) == 33 and sum(isinstance(p, Checkpointed) for p in policies) == 6
+    assert len(policies) == 27 and sum(isinstance(p, Checkpointed) for p in policies) == 6
 
 
 def _chunk_steps(f, *args):

@@ -15,48 +15,51 @@ that fit. Linearizing it emits one forward While over the chunks::
                                         stacks, bound=min(S, bound - n))
         n += m; c += 1
 
-Exported, the forward While carries no stacks: its chunk loop keeps no rows,
-and the last chunk's steps run again after it, from `start`, pushing theirs
-(each iteration passing a whole stack along cost IREE a pass over the budget).
-On the tangent side, `budget_linear_while_p`, whose transpose is the
-gradient. The last chunk's rows are in `stacks`, so its stored gradient
-runs first, as for a loop that fits. Then one gradient While runs the
-checkpoint schedule of `_checkpointed.py` over chunks: each iteration advances
-one chunk from the restored carry or reverses one. Both run the chunk's steps
-from its checkpoint, storing their rows, and a stored gradient of those rows that
+Exported, the forward While carries no stacks: its chunk loop keeps no rows
+(each iteration passing a whole stack along cost IREE a pass over the budget),
+and each chunk keeps its start, so that the last chunk's start `last_start`
+comes out of the While. On the tangent side, `budget_linear_while_p`, whose
+transpose is the gradient: one gradient While runs the checkpoint schedule of
+`_checkpointed.py` over chunks, from the last one: each iteration advances one
+chunk from the restored carry or reverses one. Both run the chunk's steps from
+its checkpoint, storing their rows, and a stored gradient of those rows that
 takes 0 steps unless the chunk is reversed: counted Whiles, and no
 `stablehlo.case` (which IREE runs from the host)::
 
-    ct, ct_consts = stored_gradient(stacks, ct, steps=n - (c - 1) S)   # chunk c - 1
-    fine = c - 1; restore the latest checkpoint before chunk fine as (cur, x)
+    last = c - 1; cur, fine, x = last, last + 1, last_start
     while fine > 0:
         turn = cur == fine - 1
-        x_next, stacks = stored_while(x, steps=S)   # chunk cur, recomputed, new stacks
-        ct, dc = stored_gradient(stacks, ct, steps=S if turn else 0)
+        x_next, stacks = stored_while(x, steps=min(S, n - cur S))  # chunk cur, new stacks
+        ct, dc = stored_gradient(stacks, ct, steps=min(S, n - cur S) if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
 
-The schedule's start (a sort and a restore) runs under `lax.cond(c > 1)`: a loop
-that ended in its first chunk skips it. An advance writes rows it does not need
-(so the body holds two loops, not three); with c <= K chunks the forward stored
-every chunk's start and no chunk is advanced. A chunk's loops push their rows
-themselves (`_stacks.py`) into new stacks, so that the lowering unrolls them as
-it does the stored path's loops, writing the rows of k steps at once, with no
-host branch per step. Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles
-carry the stacks and their chunk loops write them in place instead, so that XLA
-keeps one copy. There the forward's chunk 0, and the chunk a loop that runs to
-its bound ends in, write their rows, and the other chunks keep none: a loop that
-ends in either runs no step twice forwards, and any other runs its last chunk's
-steps again after the While, writing their rows (rows cost what the primal costs
-again where they hold values the primal does not compute, such as `cos(x)` for
-`sin(x)`). The forward While writes every chunk's rows where rows take no such
-computation (the step's own output, or none), for a body with effects (a
-`jax.debug.callback` runs once per step forwards), and for a body holding loops
-(its chunk loop's copies would multiply with the nesting); the gradient While
-of such a body starts at the last chunk, `fine = last + 1`, and its first trip
-recomputes no step but reverses that chunk from the forward's stacks, so that
-the chunk's stored gradient, its loops' gradients included, is compiled once.
+The slots' sort that starts the schedule runs under `lax.cond(c > 1)`: a loop
+that ended in its first chunk skips it. So a loop is one forward and one
+gradient While over chunks, each chunk's loops compiled once. An advance writes
+rows it does not need (so the body holds two loops, not three); with c <= K
+chunks the forward stored every chunk's start and no chunk is advanced. A chunk's loops push their rows themselves (`_stacks.py`)
+into new stacks, so that the lowering unrolls them as it does the stored path's
+loops, writing the rows of k steps at once, with no host branch per step.
+
+Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
+their chunk loops write them in place instead, so that XLA keeps one copy.
+There the forward's chunk 0, and the chunk a loop that runs to its bound ends
+in, write their rows, and the other chunks keep none: a loop that ends in either
+runs no step twice forwards, and any other runs its last chunk's steps again
+after the While, writing their rows (rows cost what the primal costs again where
+they hold values the primal does not compute, such as `cos(x)` for `sin(x)`).
+The last chunk's rows are then in `stacks`, so its stored gradient runs first,
+as for a loop that fits; the gradient While reverses chunks `last - 1, .., 0`,
+its start (a sort and a restore) under `lax.cond(c > 1)`. The forward While
+writes every chunk's rows where rows take no such computation (the step's own
+output, or none), for a body with effects (a `jax.debug.callback` runs once per
+step forwards; exported too), and for a body holding loops (its chunk loop's
+copies would multiply with the nesting); the gradient While of such a body
+starts at the last chunk, as exported, but its first trip recomputes no step
+and reverses that chunk from the forward's stacks, so that the chunk's stored
+gradient, its loops' gradients included, is compiled once.
 Eagerly (no jax.jit), where each op is a program of its own, the forward's
 stacks are made in the forward While's program and the gradient While pushes:
 a While given stacks made by another program copies them whole.
@@ -181,6 +184,11 @@ class _Chunks:
         (`cos(x)` for `sin(x)`; not the step's own output, nor a linear step's none)."""
         live, _ = pe.dce_jaxpr(self.primal.jaxpr, [True] * len(self.primal.out_avals))
         return len(self.advance.jaxpr.eqns) < len(live.eqns)
+
+    @property
+    def has_effects(self):
+        """Whether the loop's cond or body has effects (`jax.debug.callback`)."""
+        return bool(self.body_jaxpr.effects or self.cond.effects)
 
     @property
     def holds_loops(self):
@@ -312,7 +320,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         """One chunk, number `c`: its start saved by the schedule, then its steps, whose
         rows are written into the stacks carried by every chunk (`rows="every"`), by
         chunk 0 and the bound's last chunk only (`"first"`), or kept by none
-        (`"none"`). Chunks that keep none carry their start after the stacks."""
+        (`"none"`). Each chunk carries its start after the stacks."""
         cc, hc, (bound,), (c, n, _, ints), xs, (pos,), slots, kept = split_list(
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
@@ -322,17 +330,17 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         def advanced(stacks):
             return [*chunks.advanced(cc, hc, n, limit, xs), stacks]
 
+        stacks = kept[:-ncarry]
         if rows == "every":
-            m, new_xs, kept = chunks.stored(cc, hc, n, limit, xs, kept)
+            m, new_xs, stacks = chunks.stored(cc, hc, n, limit, xs, stacks)
         elif rows == "none":
             m, new_xs, _ = advanced([])
-            kept = xs
         else:
             m, new_xs, stacks = lax.cond(
                 (c == 0) | (c == bound_chunk(bound)),
                 lambda stacks: list(chunks.stored(cc, hc, n, limit, xs, stacks)),
-                advanced, kept[:len(chunks.stack_avals)])
-            kept = [*stacks, *xs]
+                advanced, stacks)
+        kept = [*stacks, *xs]
         return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
 
     def forward_cond(*args):
@@ -360,16 +368,21 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                                    for a in chunks.stack_avals)))
 
     def forward_while(rows, cond_consts, hoisted, bound, carry, policy0, pos0):
-        """`(c, n, m, policy, *carry, pos, *slots, *stacks)` after the forward While
-        over chunks, whose chunks keep rows as `rows` says:
+        """`(c, n, m, policy, *carry, pos, *slots, *stacks, *last_start, stacked)` after the
+        forward While over chunks, whose chunks keep rows as `rows` says:
 
             "every": each chunk writes its rows into stacks the While carries;
-            "none":  no chunk keeps rows; the last chunk's steps run again after
-                the While, from the start it kept, pushing theirs;
+            "none":  no chunk keeps rows (the stacks stay unwritten); the gradient
+                While runs the last chunk's steps again, from `last_start`, the
+                start the While kept;
             "first": chunk 0 and the bound's last chunk (a loop that runs to its
                 bound ends in it) write their rows into stacks the While carries,
                 the others keep none; where the last chunk run is neither, its
                 steps run again after the While, writing their rows.
+
+        `stacked`, a boolean: whether the stacks hold the last chunk's rows (all
+        but "none"). The gradient While of "none" reads `last_start`; the others,
+        the stacks.
         """
         # Slots and stacks start unwritten, from one op (see `_packed_policy`);
         # exported, the slots start from distinct fills and the stacks as
@@ -381,16 +394,18 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
                 *uninitialized([*slot_avals, *stack_avals],
                                [*range(ncarry), *[None] * len(stack_avals)])]
         args = [cond_consts, hoisted, bound]
-        if rows == "every":
-            return over_chunks(rows, *args, init)
         c, n, m, ints, *outs = over_chunks(rows, *args, [*init, *carry])
         carry_out, (pos,), slots, stacks, last_start = split_list(
             outs, [ncarry, 1, ncarry, len(stack_avals)])
-        last = jnp.maximum(c - 1, 0)
-        written = (last == 0) | (last == bound_chunk(bound))
-        steps = n - last * S if rows == "none" else jnp.where(written, 0, n - last * S)
-        _, stacks = chunks.recomputed(hoisted, last * S, steps, last_start, stacks)
-        return [c, n, m, ints, *carry_out, pos, *slots, *stacks]
+        if rows == "none":
+            stacks = uninitialized(chunks.stack_avals)
+        elif rows == "first":
+            last = jnp.maximum(c - 1, 0)
+            written = (last == 0) | (last == bound_chunk(bound))
+            _, stacks = chunks.recomputed(hoisted, last * S, jnp.where(written, 0, n - last * S),
+                                          last_start, stacks)
+        return [c, n, m, ints, *carry_out, pos, *slots, *stacks, *last_start,
+                jnp.bool_(rows != "none")]
 
     def forward(cond_consts, hoisted, bound, carry):
         """`forward_while`, with every chunk's rows for a body with effects (each
@@ -409,7 +424,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         args = [*cond_consts, *hoisted, bound, *carry, _packed_policy(policy_init(K)),
                 jnp.full((K,), EMPTY, np.int32)]
 
-        if body_jaxpr.effects or cond_jaxpr.effects:
+        if chunks.has_effects:
             return form("every")(*args)
         # "first" pays where rows cost computation of their own. A body holding loops
         # keeps one chunk loop: "first"'s three copies of it would multiply with each
@@ -423,10 +438,12 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         # touched). One program makes them and runs the While, writing rows only.
         forward = jax.jit(forward)
     c, n, _, _, *outs = forward(list(cond_consts), list(hoisted), bound, list(carry))
-    carry_out, (pos,), slots, stacks = split_list(outs, [ncarry, 1, ncarry])
+    carry_out, (pos,), slots, stacks, last_start, (stacked,) = split_list(
+        outs, [ncarry, 1, ncarry, len(chunks.stack_avals), ncarry])
 
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
-    residuals = [n, c, pos, *slots, *body_consts, *hoisted, *steps.invariants, *stacks]
+    residuals = [n, c, pos, *slots, *body_consts, *hoisted, *steps.invariants, *stacks,
+                 *last_start, stacked]
     params = dict(chunks=chunks, checkpoints=K, const_nz=tuple(const_nz),
                   carry_nz=tuple(carry_nz), nconsts=len(body_consts), nhoisted=nh)
 
@@ -449,12 +466,13 @@ budget_linear_while_p.multiple_results = True
 
 
 def _split_operands(operands, chunks, const_nz, nconsts, nhoisted):
-    """`operands -> (n, c, pos, slots, consts, hoisted, invariants, stacks, dconsts,
-    dcarry)`."""
-    (n, c, pos), slots, consts, hoisted, inv, stacks, dconsts, dcarry = split_list(
-        list(operands), [3, len(chunks.carry_avals), nconsts, nhoisted, chunks.n_invariants,
-                         len(chunks.stack_avals), sum(const_nz)])
-    return n, c, pos, slots, consts, hoisted, inv, stacks, dconsts, dcarry
+    """`operands -> (n, c, pos, slots, consts, hoisted, invariants, stacks, last_start,
+    stacked, dconsts, dcarry)`."""
+    ncarry = len(chunks.carry_avals)
+    (n, c, pos), slots, consts, hoisted, inv, stacks, last_start, (stacked,), dconsts, dcarry = (
+        split_list(list(operands), [3, ncarry, nconsts, nhoisted, chunks.n_invariants,
+                                    len(chunks.stack_avals), ncarry, 1, sum(const_nz)]))
+    return n, c, pos, slots, consts, hoisted, inv, stacks, last_start, stacked, dconsts, dcarry
 
 
 def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_nz, nconsts,
@@ -462,7 +480,7 @@ def expand_budget_linear_while(*operands, chunks, checkpoints, const_nz, carry_n
     """`budget_linear_while_p` applied forwards: the tangent map of the n steps,
     recomputing the primal from the carry slot 0 holds (chunk 0's first step), as
     `expand_checkpointed_linear_while`."""
-    n, _, pos, slots, consts, _, _, _, dconsts, dcarry = _split_operands(
+    n, _, pos, slots, consts, _, _, _, _, _, dconsts, dcarry = _split_operands(
         operands, chunks, const_nz, nconsts, nhoisted)
     return expand_checkpointed_linear_while(
         n, pos, *slots, *consts, *dconsts, *dcarry, body_jaxpr=chunks.body_jaxpr,
@@ -481,10 +499,11 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     chunk `steps[l]`), and no branch: each iteration advances or reverses a chunk
     with counted Whiles of S or 0 steps."""
     K, S = checkpoints, chunks.S
-    n, c, pos, slots, consts, hoisted, inv, stacks, dconsts, _ = _split_operands(
-        operands, chunks, const_nz, nconsts, nhoisted)
+    n, c, pos, slots, consts, hoisted, inv, stacks, last_start, stacked, dconsts, _ = (
+        _split_operands(operands, chunks, const_nz, nconsts, nhoisted))
     assert not any(map(ad.is_undefined_primal,
-                       [n, c, pos, *slots, *consts, *hoisted, *inv, *stacks]))
+                       [n, c, pos, *slots, *consts, *hoisted, *inv, *stacks, *last_start,
+                        stacked]))
     # A dconst given as a value (not linear) adds a constant: it has no cotangent.
     linear = [ad.is_undefined_primal(x) for x in dconsts]
     known = [x for x, lin in zip(dconsts, linear) if not lin]
@@ -551,11 +570,14 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     # `last - 1, .., 0`. Its start (a sort and a restore) runs only where the loop ran
     # past its first chunk; otherwise a state whose While takes no trip (`fine`,
     # state[1], is 0). Under jax.jit the forward's stacks, read first, are then
-    # rewritten in place by each recomputed chunk.
+    # rewritten in place by each recomputed chunk. Eagerly, and for a body with
+    # effects, the chunks push their rows into new stacks.
     def gradient_while(carried, last, pos, *args):
         """The gradient While, `carried`: with the stacks in its carry, rewritten in
-        place by each recomputed chunk (XLA:CPU), else pushed anew (exported)."""
-        slots, consts, stacks, given = split_list(list(args), [ncarry, nh + ninv + nk + 1, nstk])
+        place by each recomputed chunk (XLA:CPU), else pushed anew (eagerly, and
+        for a body with effects)."""
+        slots, consts, stacks, _, given = split_list(
+            list(args), [ncarry, nh + ninv + nk + 1, nstk, ncarry])
         _, iv, kd, (n,) = split_list(consts, [nh, ninv, nk])
         # The forward's stacks hold the last chunk's rows: its stored gradient first.
         ct, dc = chunks.gradient(n - last * S, iv, stacks, dconsts_with(kd), with_zeros(given))
@@ -568,38 +590,59 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
         return run_while(carried, False, consts, carry0)
 
-    # A body holding loops, under jax.jit: the While over chunks `last, .., 0`, its
-    # first trip reversing the last chunk from the forward's stacks. The stored
-    # gradient's code (its loops' gradients) is then compiled once, not twice.
-    def folded_while(last, pos, *args):
-        slots, consts, stacks, given = split_list(list(args), [ncarry, nh + ninv + nk + 1, nstk])
+    def from_last(carried, folded, last, pos, *args):
+        """The While over chunks `last, .., 0`, its first trip reversing the last
+        chunk: `folded`, from the forward's stacks, carried (a body holding loops,
+        under jax.jit: the stored gradient's code, its loops' gradients, is then
+        compiled once, not twice); else recomputed from its start, the stacks
+        pushed anew (exported: one gradient While)."""
+        slots, consts, stacks, last_start, given = split_list(
+            list(args), [ncarry, nh + ninv + nk + 1, nstk, ncarry])
         ct = [vary(jnp.zeros(c.aval.shape, c.aval.dtype), varying(c.aval))
               if type(c) is Zero else c for c in with_zeros(given)]
         acc = [vary(jnp.zeros(x.aval.shape, x.aval.dtype), varying(x.aval))
                for x, lin in zip(dconsts, linear) if lin]
-        steps, order = slot_stack(pos, K)
+        # The slots as a stack (a sort) only where the loop ran past its first chunk:
+        # reversing chunk 0 ends the While whatever they hold. (Sorted outside a
+        # branch, IREE 3.13 gave a vmapped gradient wrong results once the schedule
+        # stored checkpoints again, its chunk's stored gradient in a dispatch:
+        # tests/ir/test_budget.py::test_vmap_of_grad_across_the_switch_on_iree.)
+        stack_avals = jax.eval_shape(lambda pos: slot_stack(pos, K), pos)
+        steps, order = lax.cond(
+            last > 0, lambda pos: list(slot_stack(pos, K)),
+            lambda pos: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in stack_avals],
+            pos)
         h = jnp.sum((pos <= last).astype(np.int32))    # the slots of chunks up to last
         state0 = jnp.stack([last, last + 1, np.int32(-1), h, order[jnp.minimum(h, K - 1)]])
-        x0 = [vary(jnp.zeros(a.shape[1:], a.dtype), varying(a)) for a in map(jax.typeof, slots)]
-        carry0 = [state0.astype(np.int32), steps, order, *slots, *x0, *stacks, *ct, *acc]
-        return run_while(True, True, consts, carry0)
+        x0 = ([vary(jnp.zeros(a.shape[1:], a.dtype), varying(a))
+               for a in map(jax.typeof, slots)] if folded else last_start)
+        carry0 = [state0.astype(np.int32), steps, order, *slots, *x0,
+                  *(stacks if carried else []), *ct, *acc]
+        return run_while(carried, folded, consts, carry0)
 
     last = jnp.maximum(c - 1, 0)
-    args = [last, pos, *slots, *hoisted, *inv, *known, n, *stacks,
+    args = [last, pos, *slots, *hoisted, *inv, *known, n, *stacks, *last_start,
             *[ct for ct, z in zip(cts, zero_ct) if not z]]
-    if all(map(is_concrete, stacks)):
+    if chunks.has_effects:
+        # The forward kept every chunk's rows (`forward`); neither form of a choice
+        # may have effects.
+        outs = gradient_while(False, *args)
+    elif all(map(is_concrete, [*stacks, stacked])):
         # Eagerly (no jax.jit) the While is a program of its own: carrying the
         # forward's stacks, it would copy them whole (the budget, every page
-        # touched); pushing, it writes the rows of the steps it runs only.
-        outs = gradient_while(False, *args)
+        # touched); pushing, it writes the rows of the steps it runs only. The
+        # forward ran jitted (`budget_linearize`): its XLA:CPU form wrote the last
+        # chunk's rows, its portable form (under a further derivative) none.
+        outs = (gradient_while(False, *args) if bool(stacked)
+                else from_last(False, False, *args))
     else:
-        xla_cpu = (folded_while if chunks.holds_loops
+        xla_cpu = (functools.partial(from_last, True, True) if chunks.holds_loops
                    else functools.partial(gradient_while, True))
-        outs = xla_cpu_choice(xla_cpu, functools.partial(gradient_while, False), *args)
+        outs = xla_cpu_choice(xla_cpu, functools.partial(from_last, False, False), *args)
     ct_out, acc_out = split_list(outs, [nct])
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
-    return [None] * (3 + ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
+    return [None] * (4 + 2 * ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
 
 
 budget_linear_while_p.def_abstract_eval(
