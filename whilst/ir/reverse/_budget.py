@@ -585,7 +585,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         avals = jax.eval_shape(started, last, pos, *slots)
         state0, steps, order, *x0 = lax.cond(
             last > 0, started,
-            lambda *_: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in avals],
+            lambda *_: [_zeros(a) for a in avals],
             last, pos, *slots)
         carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
         return run_while(carried, False, consts, carry0)
@@ -598,10 +598,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         pushed anew (exported: one gradient While)."""
         slots, consts, stacks, last_start, given = split_list(
             list(args), [ncarry, nh + ninv + nk + 1, nstk, ncarry])
-        ct = [vary(jnp.zeros(c.aval.shape, c.aval.dtype), varying(c.aval))
-              if type(c) is Zero else c for c in with_zeros(given)]
-        acc = [vary(jnp.zeros(x.aval.shape, x.aval.dtype), varying(x.aval))
-               for x, lin in zip(dconsts, linear) if lin]
+        ct = [_zeros(c.aval) if type(c) is Zero else c for c in with_zeros(given)]
+        acc = [_zeros(x.aval) for x, lin in zip(dconsts, linear) if lin]
         # The slots as a stack (a sort) only where the loop ran past its first chunk:
         # reversing chunk 0 ends the While whatever they hold. (Sorted outside a
         # branch, IREE 3.13 gave a vmapped gradient wrong results once the schedule
@@ -610,12 +608,12 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         stack_avals = jax.eval_shape(lambda pos: slot_stack(pos, K), pos)
         steps, order = lax.cond(
             last > 0, lambda pos: list(slot_stack(pos, K)),
-            lambda pos: [vary(jnp.zeros(a.shape, a.dtype), varying(a)) for a in stack_avals],
+            lambda pos: [_zeros(a) for a in stack_avals],
             pos)
         h = jnp.sum((pos <= last).astype(np.int32))    # the slots of chunks up to last
         state0 = jnp.stack([last, last + 1, np.int32(-1), h, order[jnp.minimum(h, K - 1)]])
-        x0 = ([vary(jnp.zeros(a.shape[1:], a.dtype), varying(a))
-               for a in map(jax.typeof, slots)] if folded else last_start)
+        x0 = ([_zeros(a, a.shape[1:]) for a in map(jax.typeof, slots)] if folded
+              else last_start)
         carry0 = [state0.astype(np.int32), steps, order, *slots, *x0,
                   *(stacks if carried else []), *ct, *acc]
         return run_while(carried, folded, consts, carry0)
@@ -643,6 +641,11 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     acc_iter = iter(acc_out)
     ct_dconsts = [next(acc_iter) if lin else None for lin in linear]
     return [None] * (4 + 2 * ncarry + nc + nh + ninv + nstk) + [*ct_dconsts, *ct_out]
+
+
+def _zeros(aval, shape=None):
+    """Zeros of `aval`'s dtype (and `shape`, else its own), varying as `aval` does."""
+    return vary(jnp.zeros(aval.shape if shape is None else shape, aval.dtype), varying(aval))
 
 
 budget_linear_while_p.def_abstract_eval(
