@@ -53,7 +53,7 @@ def main(args, out=print) -> None:
 
 def _count_ops(text: str, name: str) -> int:
     """How many `name` ops the module `text` holds (parsed with the MLIR bindings)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     count = 0
 

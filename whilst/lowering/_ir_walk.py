@@ -6,7 +6,7 @@ from __future__ import annotations
 def ops_where(module, predicate) -> list:
     """`[op for op in module (nested ops included, in walk order) if predicate(op)]`,
     collected before the caller edits any of them."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     found = []
 
@@ -34,7 +34,7 @@ def public_functions(module) -> list:
 def unroll_factors(stablehlo_text: str) -> list[int]:
     """The `whilst.unroll` attribute of each `stablehlo.while` whilst emitted (those
     that have one; a `lax.scan` has none), in program order."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context() as context:
         context.allow_unregistered_dialects = True

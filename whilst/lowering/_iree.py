@@ -86,7 +86,7 @@ def prepare(exports, targets=None) -> str:
 
     `targets`, if given, is `target_metadata(...)`, stored on each function.
     """
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     vulkan = any(t["name"] == "vulkan-spirv" for t in targets or ())
     with ir.Context(), ir.Location.unknown():
@@ -136,7 +136,7 @@ def _leave_uninitialized(module) -> None:
     "ref is null" (`iree_limits/budget_chunk_stacks.py`). A loop that moves into a
     dispatch starts such a stack from a `tensor.empty` of its own
     (`_iree_loops_in_dispatch`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tagged = [op for op in ops_where(module, lambda op: UNINITIALIZED_ATTR in op.attributes)
               if ir.RankedTensorType(op.results[0].type).has_static_shape]
@@ -159,7 +159,7 @@ def _enclosing_same_type(op, ops) -> bool:
 
 def _rename_symbols(module, name: str) -> None:
     """`@main` -> `@name`; private helpers `@f` -> `@name__f`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     table = ir.SymbolTable(module.operation)
     for op in list(module.body.operations):
@@ -305,7 +305,7 @@ def source_for(text: str, flags, memo=None, on_host=frozenset()) -> str | None:
 def _with_loops_in_dispatch(text: str, on_host) -> str | None:
     """`text` with its small loops in dispatches, the others and those numbered in
     `on_host` left to the host, or None where no loop moved."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -570,7 +570,7 @@ def stream_copy_sizes(stream_text: str) -> list[int | None]:
     """Byte lengths of the `stream.cmd.copy` ops in stream-phase output (None where
     the length is not a constant): a full loop-carried buffer among them means the
     buffer is copied instead of updated in place."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     sizes = []
 
@@ -603,7 +603,7 @@ def loop_costs(stream_text: str) -> list[dict[str, int]]:
     A loop is the blocks from a branch target to the block that branches back to
     it (whilst's emitted loops are one block, a `lax.scan`'s two: its test and
     its body); innermost: no other loop lies within those blocks."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     loops = []
     with ir.Context() as context:

@@ -35,7 +35,7 @@ def binding_counts(sources: str | bytes) -> dict[str, int]:
     from 0 in its pipeline layout, and its count is one more than the highest
     `binding` of the function's `hal.interface.binding.subspan` ops (the layout's
     own count on every dispatch of the test suite's modules)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     counts: dict[str, int] = {}
     with ir.Context() as context:

@@ -23,7 +23,7 @@ def boolean_converts_selected(module) -> int:
     """Rewrite, in place, each `stablehlo.convert` of an `i1` tensor of rank 1 or more
     and static shape to an integer or float type as `select(b, 1, 0)`; returns how
     many."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     converts = ops_where(module, lambda op: op.name == "stablehlo.convert"
                          and is_boolean_tensor(op.operands[0].type)
@@ -45,7 +45,7 @@ def boolean_converts_selected(module) -> int:
 
 def _numbers(type_) -> bool:
     """A static-shaped tensor of floats or of integers other than `i1`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape
             and not is_boolean_tensor(type_)

@@ -28,7 +28,7 @@ def constant_branch_results_fenced(module) -> None:
     """Every `stablehlo.case` and `stablehlo.if` of `module` (nested ones included)
     has its results of static shape that some branch computes from constants alone
     (`not reads_arguments`) replaced by those of one optimization barrier after it."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for branch_op in ops_where(module, lambda op: op.name in _BRANCH_OPS):
         returned = [list(region.blocks[0].operations)[-1].operands

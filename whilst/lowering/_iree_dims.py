@@ -46,7 +46,7 @@ _WIDENABLE = {"stablehlo.reshape", "stablehlo.concatenate", "stablehlo.broadcast
 
 def has_dynamic_shapes(module) -> bool:
     """Whether any function of `module` takes or returns a dynamically shaped tensor."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for func in ops_where(module, lambda op: op.name == "func.func"):
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
@@ -76,7 +76,7 @@ def known_broadcast_dims(module) -> None:
     of a vmapped loop. JAX only broadcasts a dimension to its own size or from the
     constant 1, so a dimension is non-expanding when it is symbolic or equal to its
     result dimension, and expanding otherwise (1 to another size)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, lambda op: op.name == "stablehlo.dynamic_broadcast_in_dim"):
         operand = ir.RankedTensorType(op.operands[0].type)
@@ -95,7 +95,7 @@ def reshapes_as_tensor_reshape(module) -> None:
     """Each `stablehlo.dynamic_reshape` becomes a `tensor.reshape` of the same operand
     to the same shape operand (both in row-major order): IREE 3.13 rejects the
     former ("failed to legalize operation") and compiles the latter."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, lambda op: op.name == "stablehlo.dynamic_reshape"):
         with ir.InsertionPoint(op), op.location:
@@ -107,7 +107,7 @@ def reshapes_as_tensor_reshape(module) -> None:
 def results_with_own_dims(module) -> None:
     """Return each dynamically shaped result `r` of a public function as
     `identity + r` with dimensions of its own (see the module docstring)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for func in public_functions(module):
         ret = list(func.regions[0].blocks[0].operations)[-1].operation
@@ -118,13 +118,13 @@ def results_with_own_dims(module) -> None:
 
 
 def _i64_tensor(shape):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(64))
 
 
 def _create(name, result_type, operands, attributes=None):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return ir.Operation.create(name, results=[result_type], operands=list(operands),
                                attributes=attributes or {}).result
@@ -132,7 +132,7 @@ def _create(name, result_type, operands, attributes=None):
 
 def _widened(value, before):
     """`value` (an integer tensor) as an i64 tensor, computed before `before`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(value.type)
     wide = _i64_tensor(tensor.shape)
@@ -167,13 +167,13 @@ def _attributes(op):
 
 
 def _is_integer(value) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return isinstance(ir.RankedTensorType(value.type).element_type, ir.IntegerType)
 
 
 def _is_bool(value) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return ir.IntegerType(ir.RankedTensorType(value.type).element_type).width == 1
 
@@ -181,7 +181,7 @@ def _is_bool(value) -> bool:
 def _rebroadcast(value, tensor, before):
     """`identity + value`, the identity (-0.0, 0 or False) spread to `value`'s shape
     by a `dynamic_broadcast_in_dim` from i32 sizes."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     i32 = ir.IntegerType.get_signless(32)
     scalar = ir.RankedTensorType.get([], tensor.element_type)

@@ -49,7 +49,7 @@ FOLDED_OPS = frozenset({
 def constant_expressions_folded(module) -> int:
     """Fold, in place, each op of `module` that `_folds` (module docstring) whose
     result an op that does not fold reads; returns how many values became constants."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     constants, read_constants, folded, known, roots = {}, {}, [], set(), {}
     for op in ops_where(module, lambda op: True):
@@ -97,7 +97,7 @@ def _folds(op, known, constants) -> bool:
     """Whether `op` is in FOLDED_OPS, untagged, reads only `known` values or
     `constants`, on static shapes of `_interpreted` types, with results of at most
     FOLDED_ELEMENTS elements; a `convert` not from float to integer."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if (op.name not in FOLDED_OPS
             or any(name not in _STABLEHLO_ATTRS for name in op.attributes)
@@ -117,7 +117,7 @@ def _folds(op, known, constants) -> bool:
 def _interpreted(element_type) -> bool:
     """Whether `element_type` is an integer or a float of 16, 32 or 64 bits (the
     interpreter's other types are not folded)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return isinstance(element_type, ir.IntegerType) or (
         isinstance(element_type, ir.FloatType)
@@ -135,7 +135,7 @@ def _evaluated(ops, roots) -> list[str] | None:
     (constants, then the folded ops in order) cloned into one function returning
     `roots`, run by StableHLO's reference interpreter (jaxlib's, in a context of its
     own). None, with a warning, where that interpreter refuses the function."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from jax.extend.mlir import ir as jax_ir
     from jax.extend.mlir.dialects import stablehlo as jax_hlo
     from jax.interpreters import mlir as jax_mlir

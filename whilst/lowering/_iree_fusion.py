@@ -75,7 +75,7 @@ def fusible_small_tensor_code(module) -> None:
 def broadcast_select_predicates(module) -> None:
     """Give every `stablehlo.select` of tensors with a scalar predicate an
     elementwise predicate, in place."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, _scalar_predicate_select):
         operand = ir.RankedTensorType(op.operands[1].type)
@@ -99,7 +99,7 @@ def small_stacks_as_selects(module) -> None:
 def fenced_point_gathers(module) -> None:
     """Pass the result of every gather of one element (`_point_gather`) of `module`
     through a `stablehlo.optimization_barrier` tagged FENCE_ATTR, in place."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, _point_gather):
         value = op.results[0]
@@ -115,7 +115,7 @@ def fenced_rereading_updates(module) -> None:
     budget gradient's module fell back to the default fusion without them, which
     runs its chunk loops with several times the stored path's dispatches per
     iteration (bench/NOTES.md, issue 41)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, _rereading_scatter):
         op.operands[SCATTER_UPDATES] = _fence(op.operands[SCATTER_UPDATES],
@@ -124,7 +124,7 @@ def fenced_rereading_updates(module) -> None:
 
 def _fence(value, insertion_point, location):
     """`optimization_barrier(value)`, tagged FENCE_ATTR, made at `insertion_point`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with insertion_point, location:
         fence = ir.Operation.create("stablehlo.optimization_barrier",
@@ -183,7 +183,7 @@ FENCE_ATTR = "whilst.fence"
 def unfenced(text: str) -> str:
     """Module `text` without the barriers `fenced_point_gathers` placed: each
     fenced value is used directly."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context() as context, ir.Location.unknown():
         context.allow_unregistered_dialects = True
@@ -200,7 +200,7 @@ def unfenced(text: str) -> str:
 def _point_gather(op) -> bool:
     """Whether `op` is a `stablehlo.gather` of one element of a static rank-r operand
     at the position given by its indices, a static `[r]` vector (the form of `x[i, j]`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if op.name != "stablehlo.gather" or ir.RankedTensorType(op.results[0].type).rank != 0:
         return False
@@ -217,7 +217,7 @@ def _point_gather(op) -> bool:
 
 
 def _scalar_predicate_select(op) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if op.name != "stablehlo.select":
         return False
@@ -227,7 +227,7 @@ def _scalar_predicate_select(op) -> bool:
 
 
 def _small_stack(op) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if op.name != "stablehlo.concatenate":
         return False
@@ -264,7 +264,7 @@ def _small(tensor_type) -> bool:
 
 def _as_selects(op):
     """The selects that equal the concatenate `op`, inserted before it."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     result = ir.RankedTensorType(op.results[0].type)
     axis = ir.IntegerAttr(op.attributes["dimension"]).value

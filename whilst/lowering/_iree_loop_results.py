@@ -41,7 +41,7 @@ def loop_results_fenced(module) -> None:
     static shape replaced by those of optimization barriers placed after it: one
     for each result that is read and whose carry starts from a `distinct_loop_inits`
     copy, one for all the others."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
@@ -64,7 +64,7 @@ def _fenced_apart(loop, result) -> bool:
 
 def _starts_from_copy(loop, index) -> bool:
     """Whether carry `index` of `loop` starts from a `distinct_loop_inits` copy."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     owner = loop.operands[index].owner
     return not isinstance(owner, ir.Block) and DISTINCT_INIT_ATTR in owner.operation.attributes

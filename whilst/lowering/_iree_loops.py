@@ -34,7 +34,7 @@ from whilst.lowering._ir_walk import ops_where, public_functions
 
 def _is_boolean(element) -> bool:
     """Whether an MLIR element type is i1."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1
 
@@ -48,7 +48,9 @@ def distinct_loop_inits(module) -> None:
     """Canonicalize and CSE `module` (as IREE will), then give each `stablehlo.while`
     operand that repeats an earlier tensor operand of the same loop its own copy,
     tagged DISTINCT_INIT_ATTR."""
-    from iree.compiler import ir, passmanager
+    from iree.compiler import passmanager
+
+    from whilst.lowering._iree_ir import ir
 
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module.operation)
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
@@ -67,7 +69,7 @@ def results_after_loops(module) -> None:
     """In each function with top-level `stablehlo.while` loops, return every result
     of static shape computed before the last of them through its own copy, made
     after it (`_iree_dims.results_with_own_dims` copies the others)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for func in ops_where(module, lambda op: op.name == "func.func"):
         if not func.regions[0].blocks:
@@ -86,7 +88,7 @@ def results_after_loops(module) -> None:
 def constant_results_copied(module) -> None:
     """In each public function, return every result that depends on no argument
     through its own copy."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for func in public_functions(module):
         ret = list(func.regions[0].blocks[0].operations)[-1].operation
@@ -101,7 +103,7 @@ def reads_arguments(value) -> bool:
     the loop test read, through the carries they read: a loop counter of
     constant trip count reads no argument, even when other carries do (IREE
     3.13 evaluates it at compile time)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     seen, pending = set(), [value]
     while pending:
@@ -144,7 +146,7 @@ def identity_element(element) -> tuple:
     """`(identity, op)` for an MLIR element type: `op(x, identity) == x` bit for bit
     (`False` and `stablehlo.or` for booleans, 0 and `stablehlo.add` for integers,
     -0.0 and `stablehlo.add` for floats: x + -0.0 == x, -0.0 included)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if _is_boolean(element):
         return ir.BoolAttr.get(False), "stablehlo.or"
@@ -158,7 +160,7 @@ def opaque_copy(value, before, serial=0):
     optimization barrier, inserted before `before`: equal contents, a new buffer.
     The barrier also holds `serial`, so copies of one value with distinct serials
     stay distinct (IREE merges equal barriers)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(value.type)
     scalar = ir.RankedTensorType.get([], tensor.element_type)

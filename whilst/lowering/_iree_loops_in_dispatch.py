@@ -104,7 +104,7 @@ def loops_at_lines(text: str, lines) -> set:
     """The numbers (`LOOP_ATTR`) of the loops in dispatch regions of module `text`
     (a form `loops_in_dispatch` made) that hold an op at one of `lines` of `text`:
     where iree-compile's diagnostics of a failed compile point."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     found, lines = set(), set(lines)
     with ir.Context() as context:
@@ -146,7 +146,7 @@ def _host_loop_inits_copied(module) -> None:
 
 def _region_result(value) -> bool:
     """Whether `value` is a result of a loop's dispatch region, or its `_as` conversion."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     owner = value.owner
     if isinstance(owner, ir.Block):
@@ -172,7 +172,7 @@ def _fits(loop) -> bool:
     """Whether `loop` can run in a dispatch: its state at most MAX_CARRIED_BYTES (less
     the stacks it only writes rows into, `_iree_rows_in_dispatch`), every value in it
     of static shape and of an element type vectors hold, no host op."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     inside = ops_where(loop, lambda op: op != loop)
     if any(op.name in _HOST_OPS or op.name.split(".")[0] not in ("stablehlo", "chlo", "tensor")
@@ -210,7 +210,7 @@ def _host_results_fenced_apart(loop, moving) -> None:
     `iree_limits/loop_results_in_one_barrier.py`'s): `tests/ir/test_prng_keys.py`'s
     gradient, whose last chunk's stored gradient reads the stacks of the budget's
     forward While over chunks."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     inside = set(ops_where(loop, lambda op: True))
     apart = {}
@@ -234,7 +234,7 @@ def _host_results_fenced_apart(loop, moving) -> None:
 
 def _reverse(loop) -> bool:
     """Whether `loop` is a gradient or linear While of whilst's."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return "whilst.role" in loop.attributes and ir.StringAttr(
         loop.attributes["whilst.role"]).value != "forward"
@@ -255,7 +255,7 @@ def _recomputes(loop) -> bool:
     """Whether `loop` is a forward loop counted by its trip count (its test is
     `i < bound` alone) that writes rows (`rows_written_in_place`): a budget chunk's
     steps run again, or a user's loop such as `i < n` pushing its rows."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     cond = loop.regions[0].blocks[0]
     tests = [op for op in cond.operations if op.name != "stablehlo.return"]
@@ -268,7 +268,7 @@ def _recomputes(loop) -> bool:
 
 def _kept_bytes(loop) -> int:
     """The bytes of the values `_shared_values` keeps apart in `loop`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return sum(_elements(t) * _bytes(t.element_type) for t in (
         ir.RankedTensorType(v.type) for v in _shared_values(loop)))
@@ -297,7 +297,7 @@ def loop_work(loop) -> tuple[int, int]:
     """`(work, ops)` of `loop` per iteration, as `_worth_it` weighs them: the result
     elements of its ops that compute (a write of rows in place, the elements it
     writes) and how many ops it has, constants and terminators aside."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     ops = [op for op in ops_where(loop, lambda op: op != loop)
            if op.name not in ("stablehlo.constant", "stablehlo.return")]
@@ -326,14 +326,14 @@ def _elements(tensor) -> int:
 
 
 def _bytes(element) -> int:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return max(1, ir.IntegerType(element).width // 8 if isinstance(element, ir.IntegerType)
                else ir.FloatType(element).width // 8)
 
 
 def _vector_element(element) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return isinstance(element, (ir.IntegerType, ir.FloatType))
 
@@ -346,7 +346,7 @@ def _into_dispatch(loop, number) -> None:
     (`_iree_fusion`, `_iree_unread_carries`: host-driven loops' workarounds) go, and
     the selects that stack lines for fused dispatches become concatenations
     (`_concatenated`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for user in {use.owner for result in loop.results for use in result.uses}:
         if user.name == "stablehlo.optimization_barrier" and all(
@@ -399,7 +399,7 @@ def _line_selects(select):
     """`(axis, lines, ops)` of the chain of selects stacking lines from `select` on
     (`_stacked_lines`): the lines' broadcasts in order, and the selects and compares
     a concatenation replaces; None where `select` does not start one."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     shape, axis, lines, ops, op = None, None, [], [], select
     while not isinstance(op, ir.Block) and op.name == "stablehlo.select":
@@ -435,7 +435,7 @@ def _concatenated(head, axis, lines) -> None:
     along `axis` (`_stacked_lines`) by the concatenation it computes: in a
     dispatch's scalar code each select of the chain reads every line of the stack,
     n^2 elements for n lines."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     shape = ir.RankedTensorType(head.results[0].type)
     line_type = ir.RankedTensorType.get(
@@ -454,7 +454,7 @@ def _concatenated(head, axis, lines) -> None:
 def _unwritten(value) -> bool:
     """Whether `value` is a residual stack's zero fill that the IREE preparation kept
     (`_iree._leave_uninitialized`): contents never read before they are written."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return not isinstance(value.owner, ir.Block) and UNINITIALIZED_ATTR in value.owner.attributes
 
@@ -465,7 +465,7 @@ def _scalar_bitcasts(loop) -> None:
     dispatch fails ("'memref.expand_shape' op rank 0 memrefs can only be extended/
     collapsed with/from ones"; whilst's one-hot gathers end so, `iree_forms/_onehot.py`;
     `iree_limits/bitcast_of_broadcast_in_dispatch.py`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for cast in ops_where(loop, lambda op: op.name == "stablehlo.bitcast_convert"):
         spread = cast.operands[0].owner
@@ -492,7 +492,7 @@ def _scalar_pads(loop) -> None:
     `_shared_values_materialized`): llvm-cpu codegen of the first form in a dispatch
     fails as `_scalar_bitcasts`' does (the adjoint of indexing one element, in a
     gradient While; `iree_limits/pad_of_broadcast_in_dispatch.py`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for pad in ops_where(loop, lambda op: op.name == "stablehlo.pad"):
         spread = pad.operands[0].owner
@@ -506,7 +506,7 @@ def _scalar_pads(loop) -> None:
 def _kept_apart(value):
     """`value` read through a vector behind a `util.optimization_barrier`, which
     codegen neither fuses nor folds through."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     vector = _to_vector(value)
     kept = ir.Operation.create("util.optimization_barrier", results=[vector.type],
@@ -525,7 +525,7 @@ def _shared_values_materialized(loop) -> None:
     (`iree_limits/remat_in_dispatch.py`). Each value so kept costs the kernel a stack
     buffer (32 KiB in all on llvm-cpu), hence only those past the limit
     (REVERSE_SHARED_FUSION_LIMIT in gradient and linear Whiles)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for result in _shared_values(loop):
         uses = [(use.owner, use.operand_number) for use in result.uses]
@@ -537,7 +537,7 @@ def _shared_values_materialized(loop) -> None:
 
 def _shared_values(loop) -> list:
     """The results of ops in `loop` that `_shared_values_materialized` keeps apart."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     limit = REVERSE_SHARED_FUSION_LIMIT if _reverse(loop) else SHARED_FUSION_LIMIT
     fused = {}   # value -> how many ops codegen fuses into each of its users
@@ -577,7 +577,7 @@ def _unwrap(barrier) -> None:
 def _constants_inside(loop, block) -> None:
     """Constants defined outside `loop` and used in it, cloned at the top of `block`
     (a captured value is one more buffer binding of the dispatch)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     inside = set(ops_where(loop, lambda op: True))
     clones = {}
@@ -600,7 +600,7 @@ def _over_vectors(loop, read=None) -> list:
     kernel would keep them in its stack memory); their results are None. `read`: for
     the loop a region returns, the results it returns; those are not replaced, and
     the stacks are returned as they are stored (`_storage`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     types = [r.type for r in loop.results]
     in_place = rows_written_in_place(loop)
@@ -657,7 +657,7 @@ def _stack_init(value, storage):
     converted. IREE folds a fill made in the body of a loop stepped from the host
     into a constant that llvm-cpu keeps in the kernel's stack memory, past its 32 KiB
     for a budget's chunk of rows (`iree_limits/fill_into_dispatch_loop.py`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if getattr(value.owner, "name", None) == "tensor.empty" or _unwritten(value):
         return ir.Operation.create("tensor.empty", results=[storage]).result
@@ -670,7 +670,7 @@ def _stack_init(value, storage):
 def _splat(value):
     """The element attribute of `value` where it is a broadcast of a scalar constant,
     else None."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.name != "stablehlo.broadcast_in_dim":
@@ -686,7 +686,7 @@ def _filled_by_rows(element, storage):
     `scf.for`, each a `tensor.insert_slice` of a constant row: bufferized in place,
     as the loop's own writes of rows (a `linalg.fill` of the whole tensor becomes
     one vector, which llvm-cpu refuses past 16 KiB)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(storage)
     row = ir.RankedTensorType.get([1, *tensor.shape[1:]], tensor.element_type)
@@ -709,7 +709,7 @@ def _rows_inserted(in_place, old, args) -> None:
     `args` (by carry), each write of rows into a carry of `in_place`
     (`rows_written_in_place`) becomes a `tensor.insert_slice` into that argument, as
     it is stored; the writes into a carry not in `args` go."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for k, writes in in_place.items():
         carry = args.get(k)
@@ -731,7 +731,7 @@ def _rows_inserted(in_place, old, args) -> None:
 def _signless(tensor):
     """`tensor`'s type with unsigned integers as signless (IREE converts the types of
     the ops it lowers, not those of a dispatch region's results)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     element = tensor.element_type
     if isinstance(element, ir.IntegerType) and ir.IntegerType(element).is_unsigned:
@@ -742,7 +742,7 @@ def _signless(tensor):
 
 def _as(value, tensor):
     """`value` as tensor type `tensor` (`_convert`), or itself where it has that type."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return value if value.type == tensor else _convert(value, tensor,
                                                        ir.RankedTensorType(value.type))
@@ -751,7 +751,7 @@ def _as(value, tensor):
 def _storage(tensor):
     """The tensor type a vector of `tensor`'s elements is read from: booleans as i8
     (vectors of i1 cannot be read from tensors), unsigned integers as signless."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     element = tensor.element_type
     if isinstance(element, ir.IntegerType) and (
@@ -762,7 +762,7 @@ def _storage(tensor):
 
 
 def _to_vector(value):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(value.type)
     storage = _storage(tensor)
@@ -782,7 +782,7 @@ def _to_vector(value):
 
 
 def _to_tensor(vector, tensor_type):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(tensor_type)
     storage = _storage(tensor)
@@ -799,7 +799,7 @@ def _to_tensor(vector, tensor_type):
 def _convert(value, to, source):
     """`value` of tensor type `source` as `to`: a boolean converted to or from an
     integer, an unsigned integer's bits taken as signless."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     boolean = any(ir.IntegerType(t.element_type).width == 1 for t in (to, source))
     return ir.Operation.create("stablehlo.convert" if boolean else "stablehlo.bitcast_convert",
@@ -807,7 +807,7 @@ def _convert(value, to, source):
 
 
 def _transfer_attributes(rank) -> dict:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     dims = [ir.AffineExpr.get_dim(d) for d in range(rank)]
     return {"permutation_map": ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, dims)),

@@ -62,7 +62,7 @@ def booleans_as_int32(module) -> None:
     """Rewrite `module` so that no value is a boolean tensor except the operands
     and results of ops that need them, each converted from and to int32 next to
     its op. Public functions take and return int32 in place of booleans."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     booleans = set()  # int32 values that hold booleans
     i32 = ir.IntegerType.get_signless(32)
@@ -78,7 +78,7 @@ def booleans_as_int32(module) -> None:
 
 
 def _rewrite_block(block, i32, booleans) -> None:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for op in list(block.operations):
         op = op.operation
@@ -115,9 +115,8 @@ def _rewrite_block(block, i32, booleans) -> None:
 def _captured_booleans_restored(op, booleans) -> None:
     """The ops inside the regions of `op` (left as it is) that read a boolean of an
     enclosing region read it as a boolean again, converted before `op`."""
-    from iree.compiler import ir
-
     from whilst.lowering._ir_walk import ops_where
+    from whilst.lowering._iree_ir import ir
 
     for region in op.regions:
         for block in region.blocks:
@@ -144,7 +143,7 @@ def _is_test_region(op) -> bool:
 
 
 def _retype(value, i32, booleans) -> None:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if is_boolean_tensor(value.type):
         value.set_type(ir.RankedTensorType.get(value.type.shape, i32, value.type.encoding))
@@ -153,7 +152,7 @@ def _retype(value, i32, booleans) -> None:
 
 def is_boolean_tensor(type_) -> bool:
     """Whether `type_` is a ranked tensor of `i1`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if not isinstance(type_, ir.RankedTensorType):
         return False
@@ -165,7 +164,7 @@ def _convert(value, element):
     """`value` converted to `element` (at the current insertion point): to i1 it is
     `value != 0` (a compare where the shape is static: IREE 3.13 turns a select
     of a scalar converted to i1 into an op it cannot compile), from i1 0 or 1."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     shaped = ir.RankedTensorType(value.type)
     result = ir.RankedTensorType.get(shaped.shape, element, shaped.encoding)
@@ -180,7 +179,7 @@ def _convert(value, element):
 
 
 def _update_function_type(func) -> None:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     entry = func.regions[0].blocks[0]
     ret = list(entry.operations)[-1].operation
@@ -194,7 +193,7 @@ def narrow_arguments_widened(func) -> None:
     An argument's conversions to other types (`x.astype(jnp.float32)`) read the
     wide value itself, which holds the same number: IREE 3.13 makes a dispatch of
     each narrowing conversion and stores its result."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     entry = func.regions[0].blocks[0]
     first = list(entry.operations)[0].operation
@@ -224,7 +223,7 @@ def narrow_arguments_widened(func) -> None:
 
 def _wider(type_):
     """The tensor type `type_` passes as at a boundary, or None if it is not narrow."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if not isinstance(type_, ir.RankedTensorType) or str(type_.element_type) not in WIDER:
         return None
@@ -235,7 +234,7 @@ def _wider(type_):
 def stored_dtypes(signature: dict, func) -> dict:
     """`signature` with `"stored": dtype` on each aval whose argument or result of
     public function `func` has another element type than the aval's dtype."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
     out = dict(signature)
@@ -262,9 +261,8 @@ def narrow_buffers(sources: str | bytes) -> dict[str, list[str]]:
     their target has 32-bit storage only."""
     import re
 
-    from iree.compiler import ir
-
     from whilst.lowering._ir_walk import ops_where
+    from whilst.lowering._iree_ir import ir
 
     found: dict[str, list[str]] = {}
     with ir.Context() as context:
@@ -306,7 +304,7 @@ def _holds_booleans(binding) -> bool:
 
 
 def _is_i1(value) -> bool:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     type_ = value.type
     element = type_.element_type if isinstance(type_, ir.ShapedType) else type_

@@ -26,7 +26,7 @@ def push_constant_counts(sources: str | bytes) -> dict[str, int]:
     iree-compile's executable-sources phase: one more than the highest `ordinal`
     of each function's `hal.interface.constant.load` ops (its pipeline layout's
     `constants`)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     counts: dict[str, int] = {}
     with ir.Context() as context:

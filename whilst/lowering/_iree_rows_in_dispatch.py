@@ -61,7 +61,7 @@ def _writes_rows(op) -> bool:
     consecutive rows (`x[i:i + m] = rows`, its indices `[[i + j] for j in range(m)]`:
     one row, or a broadcast start plus an iota, as `_device_indexing.scatter_rows`
     emits them), of a tensor of static shape."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if op.name == "stablehlo.dynamic_update_slice":
         return ir.RankedTensorType(op.operands[0].type).has_static_shape and all(
@@ -91,7 +91,7 @@ def _writes_rows(op) -> bool:
 
 def _consecutive(indices) -> bool:
     """Whether `indices` is `broadcast_in_dim(i) + iota(dim 0)`, in either order."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     add = indices.owner
     if getattr(add, "name", None) != "stablehlo.add":
@@ -108,7 +108,7 @@ def insert_rows(op, into, rows) -> object:
     `rows` (its rows, in `into`'s element type) into `into`, at its start clamped into
     bounds (the write's own semantics for a `dynamic_update_slice`; a scatter of rows
     is promised in bounds); returns the result."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     target = ir.RankedTensorType(op.operands[0].type)
     sizes = list(ir.RankedTensorType(rows.type).shape)
@@ -131,7 +131,7 @@ def insert_rows(op, into, rows) -> object:
 def inserted_slice(rows, into, offsets):
     """`tensor.insert_slice` of the tensor `rows` into `into` at the index values
     `offsets` (one per dimension); returns the result."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     rank = ir.RankedTensorType(into.type).rank
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
@@ -146,7 +146,7 @@ def inserted_slice(rows, into, offsets):
 
 def index_constant(value):
     """An `arith.constant` of type index."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     index = ir.IndexType.get()
     return ir.Operation.create("arith.constant", results=[index],
@@ -155,7 +155,7 @@ def index_constant(value):
 
 def _clamped_index(start, most):
     """`min(max(start, 0), most)` of the integer `start`, as an index."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     kind = start.type
     bound = [ir.Operation.create("arith.constant", results=[kind],

@@ -37,7 +37,7 @@ def unread_carries_read(module) -> None:
                                          # loop, or another carry's new value too
         new = select(true, new, old)     # a carry the body does not read
     """
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
         body = loop.regions[1].blocks[0]
@@ -72,7 +72,7 @@ def unread_carries_read(module) -> None:
 def _hidden_true(ret, anchor):
     """A scalar `True` computed from the new value of carry `anchor`, which passes
     an optimization barrier twice (its first element compared bit for bit)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     value = ret.operands[anchor]
     tensor = ir.RankedTensorType(value.type)
@@ -106,7 +106,7 @@ def _real_or_integer(value, empty=False) -> bool:
     """Whether `value` is a tensor of floats, integers or booleans (no complex
     numbers), of static shape and, unless `empty`, at least one element (whose first
     element can be compared bit for bit)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(value.type)
     return (tensor.has_static_shape and (empty or all(d > 0 for d in tensor.shape))
@@ -117,7 +117,7 @@ def _real_or_integer(value, empty=False) -> bool:
 def _other(element, serial):
     """A constant of `element` that is not its identity, different per `serial` (so
     that no two carries' new values are the same expression)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     if isinstance(element, ir.IntegerType):
         width = ir.IntegerType(element).width
@@ -126,7 +126,7 @@ def _other(element, serial):
 
 
 def _scalar(element, attr):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     scalar = ir.RankedTensorType.get([], element)
     return ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
@@ -138,14 +138,14 @@ def _select(predicate, if_true, if_false):
 
 
 def _op(name, result_type, *operands):
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return ir.Operation.create(name, results=[result_type], operands=list(operands)).result
 
 
 def _spread(scalar, tensor):
     """`scalar` broadcast to the shape of `tensor` (a RankedTensorType)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     return ir.Operation.create(
         "stablehlo.broadcast_in_dim", results=[tensor], operands=[scalar],
@@ -156,7 +156,7 @@ def _computed_in(value, body, memo) -> bool:
     """Whether `value` depends on an argument of `body` (is computed in the loop: IREE
     folds or hoists out of the loop what does not, constants broadcast in the body
     included, and a select on a constant predicate is the operand it picks)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     pending = [value]
     while pending:
@@ -200,7 +200,7 @@ def _operands_read(op) -> list:
 def _constant_predicate(value):
     """True or False if `value` is a splat boolean constant (a `stablehlo.constant`,
     possibly broadcast), else None."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     while not isinstance(value, ir.BlockArgument):
         op = value.owner.operation

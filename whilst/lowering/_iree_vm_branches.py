@@ -27,7 +27,7 @@ REF_TYPES = ("!vm.ref<", "!vm.buffer", "!vm.list<")   # the VM's ref-counted typ
 def branch_refs_distinct(vm_text: str) -> str:
     """`vm_text` (iree-compile's `--compile-to=vm` output) with every repeated ref
     operand of each branch replaced by a value of its own holding the same ref."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context() as context, ir.Location.unknown():
         context.allow_unregistered_dialects = True
@@ -47,7 +47,7 @@ def branch_refs_distinct(vm_text: str) -> str:
 
 def _same_ref(value, before):
     """A new value holding `value`'s ref, made right before the op `before`."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.InsertionPoint(before):
         nonzero = ir.Operation.create("vm.cmp.nz.ref", operands=[value],
