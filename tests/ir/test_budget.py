@@ -369,6 +369,20 @@ def test_tiny_budgets_and_chunks_on_iree(memory, bound, literal_n):
 
 
 @pytest.mark.iree
+def test_vmap_of_grad_over_a_batch_of_one_on_iree():
+    """A batch of one: IREE 3.13 folds its unit dimension, and each lane's gather of one
+    element became a read at a computed position after a reduction, which crashed
+    iree-compile (`iree_limits/point_gather_after_reduction.mlir`)."""
+    grad = jax.vmap(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=136)))
+    xs = X[None].astype(np.float32)
+    module = whilst.compile(grad, xs, np.zeros(1, np.int32)).load()
+    for n in [0, 2, 5, 30]:
+        want = jax.grad(oracle)(xs[0], W, n)
+        np.testing.assert_allclose(module(xs, np.array([n], np.int32))[0], want, rtol=2e-5,
+                                   atol=1e-6, err_msg=f"n={n}")
+
+
+@pytest.mark.iree
 @pytest.mark.parametrize("memory", [136, 260])  # chunks of 3 and 6 steps, K = 2 and 3
 def test_vmap_of_grad_across_the_switch_on_iree(memory):
     """Lanes that end in the first chunk, at its end, and many chunks later, in one

@@ -28,7 +28,9 @@ what the gradient of `history.at[k].set(v)` reads) becomes, in IREE 3.13, a
 `tensor.extract` inside an elementwise op; fused with a reduction (a dot
 product in the same loop step, as aggressive fusion does in the gradient of
 samples/cg.py), llvm-cpu codegen of that dispatch fails ("'arith.select' op
-failed to verify", `iree_limits/reproduce.py point_gather_after_dot`).
+failed to verify", `iree_limits/reproduce.py point_gather_after_dot`), and
+after a reduction it crashes (`iree_limits/point_gather_after_reduction.mlir`; a
+batched gather of one element per lane is one under `jax.vmap` over a batch of one).
 `fenced_point_gathers` passes each such element through an optimization
 barrier, which keeps the gather out of its users' dispatches::
 
@@ -198,22 +200,18 @@ def unfenced(text: str) -> str:
 
 
 def _point_gather(op) -> bool:
-    """Whether `op` is a `stablehlo.gather` of one element of a static rank-r operand
-    at the position given by its indices, a static `[r]` vector (the form of `x[i, j]`)."""
+    """Whether `op` is a `stablehlo.gather` of one element of a static operand: its
+    result and each slice one element (the form of `x[i, j]`, and of `x[b, i]` under
+    `jax.vmap` over a batch of one, which IREE 3.13 folds to the former)."""
     from whilst.lowering._iree_ir import ir
 
-    if op.name != "stablehlo.gather" or ir.RankedTensorType(op.results[0].type).rank != 0:
+    if op.name != "stablehlo.gather":
         return False
+    result = ir.RankedTensorType(op.results[0].type)
     operand = ir.RankedTensorType(op.operands[0].type)
-    indices = ir.RankedTensorType(op.operands[1].type)
-    if (operand.rank == 0 or not operand.has_static_shape or indices.rank != 1
-            or not indices.has_static_shape or indices.shape[0] != operand.rank):
-        return False
-    dims = ", ".join(str(d) for d in range(operand.rank))
-    point = ir.Attribute.parse(
-        f"#stablehlo.gather<collapsed_slice_dims = [{dims}], start_index_map = [{dims}]>")
-    return (op.attributes["dimension_numbers"] == point
-            and list(ir.DenseI64ArrayAttr(op.attributes["slice_sizes"])) == [1] * operand.rank)
+    return (operand.rank > 0 and operand.has_static_shape and result.has_static_shape
+            and all(d == 1 for d in result.shape)
+            and all(s == 1 for s in ir.DenseI64ArrayAttr(op.attributes["slice_sizes"])))
 
 
 def _scalar_predicate_select(op) -> bool:
