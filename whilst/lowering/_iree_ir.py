@@ -3,9 +3,8 @@ registered for each dialect of JAX's exports that IREE's Python package has none
 
 The bindings look up a Python module for an op's dialect every time they wrap the op
 (`Value.owner`, iterating a block), and retry one they did not find: a search of
-`sys.path` each time, about 100 us, which made most of the time whilst's preparation
-took (`iree_limits/dialect_module_lookup.py`). With one registered they find it once;
-the ops still wrap as generic `OpView`s, as before. Import `ir` from here, inside
+`sys.path` each time (`iree_limits/dialect_module_lookup.py`). With one registered they
+find it once; the ops still wrap as generic `OpView`s. Import `ir` from here, inside
 functions, as IREE's compiler is imported on first use.
 """
 from __future__ import annotations
