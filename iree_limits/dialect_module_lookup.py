@@ -1,8 +1,8 @@
 """IREE 3.13's Python package (`iree.compiler`): its MLIR bindings look up a Python
 module for an op's dialect (`iree.compiler.dialects.<namespace>`) every time they wrap
 the op (`Value.owner`, iterating a block's operations), and a namespace without one,
-`stablehlo` among them, is searched for on `sys.path` again each time: about 100 us
-per op wrapped, where a dialect with a module costs about 1 us.
+`stablehlo` among them, is searched for on `sys.path` again each time: 50-100 us
+per op wrapped, where a dialect with a module costs 1-3 us.
 
 whilst registers an empty module for those dialects (`whilst/lowering/_iree_ir.py`);
 this script prints the time per wrap without it and with it (in a second process).
