@@ -19,7 +19,8 @@ from iree.compiler._mlir_libs import _mlir
 DIALECTS_WITHOUT_MODULE = ("stablehlo", "chlo", "sdy")
 
 for _namespace in DIALECTS_WITHOUT_MODULE:
-    sys.modules.setdefault(f"{__name__}.{_namespace}", types.ModuleType(f"{__name__}.{_namespace}"))
+    _name = f"{__name__}.{_namespace}"
+    sys.modules.setdefault(_name, types.ModuleType(_name))
 _mlir.globals.append_dialect_search_prefix(__name__)
 
 __all__ = ["ir"]
