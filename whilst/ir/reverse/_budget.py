@@ -39,9 +39,10 @@ The slots' sort that starts the schedule runs under `lax.cond(c > 1)`: a loop
 that ended in its first chunk skips it. So a loop is one forward and one
 gradient While over chunks, each chunk's loops compiled once. An advance writes
 rows it does not need (so the body holds two loops, not three); with c <= K
-chunks the forward stored every chunk's start and no chunk is advanced. A chunk's loops push their rows themselves (`_stacks.py`)
-into new stacks, so that the lowering unrolls them as it does the stored path's
-loops, writing the rows of k steps at once, with no host branch per step.
+chunks the forward stored every chunk's start and no chunk is advanced. A chunk's
+loops push their rows themselves (`_stacks.py`) into new stacks, so that the
+lowering unrolls them as it does the stored path's loops, writing the rows of k
+steps at once, with no host branch per step.
 
 Under `jax.jit` (XLA:CPU, `xla_cpu_choice`) both Whiles carry the stacks and
 their chunk loops write them in place instead, so that XLA keeps one copy.
