@@ -65,7 +65,7 @@ def _loop_regions(stream_text: str, function: str):
     `function` in
     stream-phase text: one entry per loop (its own blocks) and one (None) for the
     blocks outside every loop."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     regions = []
     with ir.Context() as context:

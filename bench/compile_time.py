@@ -37,7 +37,7 @@ from whilst.runtime.seal import seal
 
 def executables(text: str, flags: list[str]) -> int:
     """How many `hal.executable`s iree-compile generates code for."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     sources = tools.compile_str(text, extra_args=[*flags, "--compile-to=executable-sources"])
     with ir.Context() as context:

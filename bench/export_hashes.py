@@ -59,7 +59,7 @@ def hashes() -> dict:
 
 
 def _without_locations(text: str) -> str:
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     with ir.Context():
         return ir.Module.parse(text).operation.get_asm(enable_debug_info=False)
 

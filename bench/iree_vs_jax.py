@@ -248,7 +248,7 @@ def floor_program(p: Program, trips, unroll, want) -> dict:
 
 def without_affinity(text: str) -> str:
     """Prepared module text with no `stream.affinity` on its public functions."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context():
         module = ir.Module.parse(text)

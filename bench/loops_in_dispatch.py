@@ -21,12 +21,13 @@ os.environ.setdefault("EQX_ON_ERROR", "nan")   # equinox's checks as NaN (export
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from iree.compiler import ir, tools  # noqa: E402
+from iree.compiler import tools  # noqa: E402
 from iree.compiler.passmanager import PassManager  # noqa: E402
 
 import whilst  # noqa: E402
 from _timing import fmt_ratio, fmt_time, measure, table  # noqa: E402
 from whilst.lowering import flag_sets, has_loops_in_dispatch, prepare, source_for  # noqa: E402
+from whilst.lowering._iree_ir import ir  # noqa: E402
 from whilst.lowering._ir_walk import ops_where  # noqa: E402
 from whilst.lowering._iree_loops_in_dispatch import (  # noqa: E402
     _enclosing_loops, _fits, _into_dispatch, _worth_it, loop_work)

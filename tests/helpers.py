@@ -48,7 +48,7 @@ def host_driven_stream(text: str) -> str:
 
 def op_names(text):
     """The names of all ops of an MLIR module text, nested ops included."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     names = []
     with ir.Context() as context:

@@ -273,7 +273,7 @@ def test_strongly_typed_loop_var_keeps_its_dtype_or_fails():
 
 def _while_operand_types(stablehlo_text):
     """The operand types of each `stablehlo.while` in a module's text."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
 
     with ir.Context() as context:

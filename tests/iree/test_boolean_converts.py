@@ -31,7 +31,7 @@ def test_products_with_boolean_matrices_run_and_match_numpy():
 
 
 def test_no_boolean_array_is_converted_in_the_prepared_module():
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     text = prepare([whilst.export(products, X)])
     with ir.Context() as context:

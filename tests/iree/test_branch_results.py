@@ -7,13 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from iree.compiler import ir
 
 import whilst
 from helpers import REPO, vulkan_or_skip
 from whilst.lowering import compile_flags, prepare
 from whilst.lowering._iree import _iree_compile
 from whilst.lowering._iree_branch_results import constant_branch_results_fenced
+from whilst.lowering._iree_ir import ir
 from whilst.lowering._ir_walk import ops_where
 
 pytestmark = pytest.mark.iree

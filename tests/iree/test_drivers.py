@@ -100,7 +100,7 @@ def test_an_unread_result_of_a_copied_carry_is_fenced_with_the_others():
     count: behind a barrier of its own (erased, as unused), a loop that ran no
     iteration freed the allocation the copy was packed in with values still in use
     (iree_limits/unread_copied_carry_freed.py; the next test)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
 
     x = np.linspace(0.0, 1.0, 8, dtype=f32)
@@ -263,7 +263,7 @@ def test_vulkan_modules_carry_no_booleans_in_loops():
     # IREE 3.13's Vulkan code reads loop-carried i1 tensors wrongly (iree_limits/
     # carried_booleans.py), so preparation for Vulkan carries every boolean as int32
     # (whilst/lowering/_iree_narrow_types.py), whatever the export was made for.
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     x, lengths = np.linspace(-1.0, 1.0, 4).astype(np.float32), np.array([0, 2, 5], np.int32)
     flags = jax.vmap(stop_flag_loop, (None, 0))

@@ -196,7 +196,7 @@ def test_loop_carried_buffers_are_not_copied_per_iteration(fn, shape):
 
 
 def test_the_check_sees_copies_when_the_device_is_not_named():
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     text = prepare([whilst.export(row_writer, np.ones(WIDTH, np.float32))])
     with ir.Context():
@@ -302,7 +302,7 @@ def test_small_state_steps_fuse_and_read_nothing_back():
 def test_preparation_keeps_large_selects_and_concatenates():
     """Only small tensors are rewritten: a select of a large array by a scalar flag
     stays a choice of buffers, and a large concatenate stays one."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     def f(flag, a, b):
         return jnp.where(flag, a, b), jnp.stack([a, b])

@@ -232,7 +232,7 @@ def test_a_budgets_chunk_loops_over_a_few_numbers_run_in_dispatches():
     factor every step uses; the steps drift without converging) matches jax.grad of
     the same steps as a `lax.fori_loop`, within the first chunk (43648 steps) and
     past it."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
     from whilst.ir._loop_emitter import OVER_CHUNKS_ATTR
     from whilst.lowering._iree_loops_in_dispatch import (
@@ -294,7 +294,7 @@ def test_a_short_unbounded_loops_gradient_runs_its_forward_over_chunks_in_a_disp
     def oracle(y, a):
         return jnp.sum(jax.lax.fori_loop(0, n, lambda _, y: jnp.sin(a * y) * 0.9 + 0.1, y))
 
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
     from whilst.lowering._iree_loops_in_dispatch import loops_in_dispatch, LOOP_ATTR
 
@@ -454,7 +454,7 @@ def test_a_small_loop_inside_a_wide_loop_runs_in_a_dispatch_of_its_own():
     """The outer loop steps 2048 floats (left on the host); the inner Newton iteration
     over one number moves into a dispatch inside the outer loop's body. Both give the
     plain Python loops' results."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
     from whilst.lowering._iree_loops_in_dispatch import loops_in_dispatch
 

@@ -59,7 +59,7 @@ def test_rows_written_by_predicated_steps_match_numpy_at_every_trip_count():
         for g, w in zip(got, module.one_step(np.float32(limit), X)):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     assert steps == set(range(ROWS + 1))
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     with ir.Context() as context, ir.Location.unknown():
         context.allow_unregistered_dialects = True
         module = ir.Module.parse(export.text)  # alive while its ops are read

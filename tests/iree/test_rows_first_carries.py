@@ -110,7 +110,7 @@ def test_a_batched_stage_loop_matches_numpy_on_iree_and_writes_its_leading_axis(
     for lane in range(LANES):
         for g, w in zip(got, stages_numpy(YS[lane], A)):
             np.testing.assert_allclose(np.asarray(g)[lane], w, rtol=1e-5, atol=1e-6)
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
     with ir.Context() as context, ir.Location.unknown():
         context.allow_unregistered_dialects = True

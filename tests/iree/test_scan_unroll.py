@@ -31,7 +31,7 @@ def emitted_ops(stablehlo_text, name):
     """How many `name` ops the public function of a module runs per iteration of
     its loops, each call of a private function counting that function's ops
     (jax 0.10 emits the unrolled steps of a scan as calls of one function)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     with ir.Context() as context:
         context.allow_unregistered_dialects = True

@@ -82,7 +82,7 @@ def test_a_vmapped_field_in_a_loop_matches_numpy_on_iree():
         want = (want + np.float32(0.01) * np.stack(
             [0.1 * a - 0.02 * a * b, -0.4 * b + 0.02 * a * b], 1)).astype(np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
     with ir.Context() as context, ir.Location.unknown():
         context.allow_unregistered_dialects = True

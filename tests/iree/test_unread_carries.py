@@ -34,7 +34,7 @@ def python_loop(x):
 
 
 def test_every_loop_body_reads_every_carry():
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     text = jax.export.export(jax.jit(library_loop))(np.ones(2, np.float32)).mlir_module()
     with ir.Context() as context, ir.Location.unknown():

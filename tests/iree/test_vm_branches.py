@@ -7,10 +7,10 @@ solve, every call failing without the edit) is in tests/clients/test_diffrax.py.
 import pathlib
 
 import pytest
-from iree.compiler import ir
 
 from whilst.lowering._iree import _iree_compile
 from whilst.lowering._iree_vm_branches import BRANCHES, REF_TYPES, branch_refs_distinct
+from whilst.lowering._iree_ir import ir
 from whilst.lowering._ir_walk import ops_where
 
 pytestmark = pytest.mark.iree

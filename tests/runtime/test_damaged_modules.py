@@ -90,7 +90,7 @@ def test_unsealed_module_crcs_catch_a_flipped_bit(sealed):
 
 def _module_with_reflection(value: str) -> bytes:
     """An unsealed module whose whilst metadata is `value` (compiled by iree-compile)."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     text = prepare([whilst.export(doubling, np.int32(0), np.ones(3, np.float32))])
     with ir.Context():

@@ -101,7 +101,7 @@ def test_arguments_by_name(fn):
 
 def test_functions_without_a_whilst_signature_take_arrays_of_numbers():
     """A module from plain iree-compile (no whilst metadata): arrays pass as they are."""
-    from iree.compiler import ir
+    from whilst.lowering._iree_ir import ir
 
     from whilst.lowering import compile_text, prepare
 
