@@ -23,6 +23,8 @@ import numpy as np
 def convert(value, want: np.dtype, path: str, expected: str) -> np.ndarray:
     """`value` as a C-contiguous array of dtype `want`, or a TypeError/ValueError
     naming `path` and `expected` (e.g. `f32[b,3]`) that says what to do."""
+    if type(value) is np.ndarray and value.dtype == want and value.flags.c_contiguous:
+        return value  # the common case, as it is
     if isinstance(value, (np.ndarray, np.generic)) or (
             hasattr(value, "dtype") and hasattr(value, "__array__")):
         arr = np.asarray(value)

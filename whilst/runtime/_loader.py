@@ -4,6 +4,7 @@ Needs only `iree-base-runtime` and numpy: no JAX, no compiler.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
@@ -24,6 +25,7 @@ _log = logging.getLogger("whilst.runtime")
 LOST_DEVICE_RETRIES = 10
 
 
+@functools.cache
 def _iree():
     import iree.runtime as rt
     return rt

@@ -11,12 +11,34 @@ staging buffer from the device's allocator (which reuses freed buffers on GPUs,
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
+@functools.cache
 def _rt():
     import iree.runtime as rt
     return rt
+
+
+@functools.cache
+def _element_type(dtype: np.dtype):
+    """IREE's element type of the numpy `dtype`."""
+    return _rt().array_interop.map_dtype_to_element_type(dtype)
+
+
+@functools.cache
+def _dtype(element_type) -> np.dtype:
+    """The numpy dtype of IREE's `element_type`."""
+    return np.dtype(_rt().HalElementType.map_to_dtype(element_type))
+
+
+@functools.cache
+def _mapping_bits() -> tuple[int, int]:
+    """The memory type and usage bits of a buffer the host can map."""
+    rt = _rt()
+    return int(rt.MemoryType.HOST_VISIBLE), int(rt.BufferUsage.MAPPING_SCOPED)
 
 
 class DeviceArray:
@@ -54,8 +76,7 @@ def to_device(device, array: np.ndarray):
     rt = _rt()
     return device.allocator.allocate_buffer_copy(
         memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
-        device=device, buffer=array,
-        element_type=rt.array_interop.map_dtype_to_element_type(array.dtype))
+        device=device, buffer=array, element_type=_element_type(array.dtype))
 
 
 def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
@@ -67,7 +88,7 @@ def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
         buffer = view.get_buffer()
         if buffer.byte_length() == 0:
             arrays[k] = np.empty(tuple(view.shape), dtypes[k])
-        elif _mappable(rt, buffer):  # copied: the mapping does not keep the buffer alive
+        elif _mappable(buffer):  # copied: the mapping does not keep the buffer alive
             mapped = view.map().asarray(tuple(view.shape), raw_dtype(view))
             arrays[k] = np.array(mapped, dtype=dtypes[k], copy=True)
         else:
@@ -92,12 +113,12 @@ def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
     return arrays
 
 
-def _mappable(rt, buffer) -> bool:
-    return (buffer.memory_type() & int(rt.MemoryType.HOST_VISIBLE)
-            and buffer.allowed_usage() & int(rt.BufferUsage.MAPPING_SCOPED))
+def _mappable(buffer) -> bool:
+    host_visible, mapping = _mapping_bits()
+    return buffer.memory_type() & host_visible and buffer.allowed_usage() & mapping
 
 
 def raw_dtype(view) -> np.dtype:
     """The numpy dtype of a buffer view's elements, as IREE stores them."""
-    return np.dtype(_rt().HalElementType.map_to_dtype(view.element_type))
+    return _dtype(view.element_type)
 
