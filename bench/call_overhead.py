@@ -3,9 +3,10 @@
 Per program, in this process: the median time of a call through whilst's runtime
 (`module.fn(*args)`: the pytree flattened and checked against the signature,
 inputs copied to the device, outputs copied back as numpy arrays and unflattened),
-and of the same work done with `iree.runtime` alone (the flat inputs copied with
-their element types known, the results mapped and copied), calls interleaved;
-the difference (whilst's overhead per call) and the ratio whilst / bare.
+and of the same work done with `iree.runtime` alone (the same module in a VM
+context of its own on the same device: the flat inputs copied with their element
+types known, the results mapped and copied), calls interleaved; the difference
+(whilst's overhead per call) and the ratio whilst / bare.
 
     .venv/bin/python bench/call_overhead.py
 """
@@ -41,10 +42,12 @@ PROGRAMS = {   # name: (fn, args)
 }
 
 
-def bare_call(module, args):
-    """`module`'s main on the flat inputs through `iree.runtime` alone."""
-    function = module._vm_functions["main"]
-    device, context = module.device, module._context
+def bare_call(compiled, device, args):
+    """`compiled`'s main on the flat inputs through `iree.runtime` alone, on `device`."""
+    config = rt.Config(device=device)
+    vm_module = rt.VmModule.copy_buffer(config.vm_instance, compiled.data)
+    context = rt.VmContext(config.vm_instance, [*config.default_vm_modules, vm_module])
+    function = vm_module.lookup_function("main")
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
     types = [rt.array_interop.map_dtype_to_element_type(x.dtype) for x in leaves]
 
@@ -68,9 +71,11 @@ def bare_call(module, args):
 def main():
     rows = []
     for name, (fn, args) in PROGRAMS.items():
-        module = whilst.compile(fn, *args).load("local-sync")
+        compiled = whilst.compile(fn, *args)
+        module = compiled.load("local-sync")
         function = module.main
-        times = measure({"whilst": lambda: function(*args), "bare": bare_call(module, args)})
+        times = measure({"whilst": lambda: function(*args),
+                         "bare": bare_call(compiled, module.device, args)})
         ours, bare = times["whilst"].median, times["bare"].median
         rows.append([name, fmt_time(ours), fmt_time(bare), fmt_time(ours - bare),
                      fmt_ratio(ours / bare)])
