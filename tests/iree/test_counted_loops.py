@@ -79,3 +79,69 @@ def test_unrolled_counting_loop_matches_python_on_iree(exported):
     for y0, n in ((y, 0), (y, 3), (y * 10, 4)):  # starts 0, then 1 (y[0] > 1)
         np.testing.assert_allclose(module.main(y0, np.int32(n)), python_steps(y0, n),
                                    rtol=1e-5)
+
+
+def counted_steps(first):
+    """`steps` whose library loop also counts its own steps from the literal `first`
+    (as equinox's `max_steps` counter does from 0): it stops at stage 7 or after
+    7 - first steps, whichever comes first."""
+    @jax.custom_vjp
+    def stages(y):
+        start = (y.ravel()[0] > 1.0).astype(jnp.int32)
+        return jax.lax.while_loop(
+            lambda c: (c[0] < 7) & (c[1] < 7),
+            lambda c: (c[0] + 1, c[1] + 1, c[2] * jnp.asarray(TABLE)[c[1]] + 1.0),
+            (first, start, y))[2]
+
+    stages.defvjp(lambda y: (stages(y), None), lambda _, g: (g,))
+    return lambda y, n: whilst.while_loop(lambda i, y: i < n,
+                                          lambda i, y: (i + 1, 0.5 * stages(y)), [0, y])[1]
+
+
+def python_counted_steps(y, n, first):
+    for _ in range(n):
+        start = int(y.ravel()[0] > 1.0)
+        for i in range(start, min(7, start + 7 - first)):
+            y = y * TABLE[i] + 1.0
+        y = np.float32(0.5) * y
+    return y
+
+
+def counted_to_one(text) -> list[bool]:
+    """For each loop `_counted_loops` bound, whether its While tests `i < 1` alone."""
+    from whilst.lowering._iree_ir import ir
+    from whilst.lowering._ir_walk import ops_where
+
+    with ir.Context() as context:
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        loops = ops_where(module, lambda op: op.name == "stablehlo.while"
+                          and "whilst.name" in op.attributes
+                          and ir.StringAttr(op.attributes["whilst.name"]).value == "counted")
+        tests = []
+        for loop in loops:
+            cond = loop.regions[0].blocks[0]
+            test = list(cond.operations)[-1].operands[0].owner
+            bound = test.operands[1].owner if test.name == "stablehlo.compare" else test
+            tests.append(test.name == "stablehlo.compare"
+                         and test.operands[0] == cond.arguments[0]
+                         and bound.name == "stablehlo.constant"
+                         and int(ir.DenseIntElementsAttr(bound.attributes["value"])[0]) == 1)
+        return tests
+
+
+@pytest.mark.iree
+@pytest.mark.parametrize("first", [0, 3])
+def test_a_loop_counting_from_a_known_start_runs_as_one_iteration_counted_on_the_host(first):
+    """A tested counter starting at a literal bounds the loop's steps (7 - first, at
+    most its unroll of 7): its While is counted to one iteration, whose test IREE
+    keeps on the host, and its results are Python's, for either stage start."""
+    exported = whilst.export(counted_steps(first), np.ones(3, np.float32), np.int32(0))
+    assert counted_to_one(exported.text) == [True]
+    assert counted_to_one(whilst.export(steps, np.ones(3, np.float32),
+                                        np.int32(0)).text) == [False]  # start unknown
+    module = whilst.compile(exported).load()
+    y = np.full(3, 0.2, np.float32)
+    for y0, n in ((y, 0), (y, 3), (y * 10, 4)):
+        np.testing.assert_allclose(module.main(y0, np.int32(n)),
+                                   python_counted_steps(y0, n, first), rtol=1e-5)

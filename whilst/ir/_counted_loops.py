@@ -14,6 +14,14 @@ the same results for every start, as unrolling keeps them::
     while cond(c): c = body(c)
         == functional_while(cond, body, c, unroll=N)   # N steps per emitted iteration
 
+Where a tested counter starts at a value known at trace time (equinox's step
+counter starts at 0), the loop runs at most `most = N - start` steps, and is bound
+with that bound (`static_bound=most`): the lowering then emits its steps as one
+iteration of a While counted to one, which IREE 3.13 steps on the host without
+reading its test back (`_loop_forms.OneIteration`)::
+
+    functional_while(cond, body, c, bound=most, static_bound=most, unroll=N)  # most <= N
+
 Only in exports (the lowering applies it, after differentiation), and only in the
 bodies of forward loops that push and pop no residual rows and keep no checkpoints
 (`_while_lowering._loop_forms` says why): a `custom_vjp_call` holding such a loop is
@@ -23,6 +31,7 @@ evaluates it (`_rewrite.INLINED`).
 from __future__ import annotations
 
 import numpy as np
+from jax.core import Tracer
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._functional_while import UNBOUNDED, functional_while
@@ -37,17 +46,18 @@ def counted_loops_unrolled(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
     return rewrite_equations(jaxpr, into_control_flow(_rule), "counted_loops")
 
 
-def count_bound(eqn) -> int | None:
-    """The literal N of a `while` equation whose cond tests `c[j] < N` (alone or
-    `and`-ed with other tests, through one-operand boolean ops other than `not`,
-    such as equinox's `unvmap_any` and `nonbatchable`) on a carry its body
-    increments by 1, or None. It only picks the unroll factor: the results never
-    depend on it."""
+def counter_tests(eqn) -> list[tuple[int, int]]:
+    """`(j, N)` for each test `c[j] < N` (N a literal) of a `while` equation's cond
+    on a carry c[j] its body increments by 1, where the cond is that test or those
+    tests `and`-ed with others (through one-operand boolean ops other than `not`,
+    such as equinox's `unvmap_any` and `nonbatchable`, each false where its operand
+    is all false): the loop stops once any of them fails for every element. The
+    least N picks the unroll factor."""
     params = eqn.params
     cond, body = params["cond_jaxpr"].jaxpr, params["body_jaxpr"].jaxpr
     nc, nb = params["cond_nconsts"], params["body_nconsts"]
     produced = {id(v): e for e in cond.eqns for v in e.outvars}
-    bounds, pending = [], [cond.outvars[0]]
+    tests, pending = [], [cond.outvars[0]]
     while pending:
         v = pending.pop()
         e = produced.get(id(v))
@@ -60,8 +70,8 @@ def count_bound(eqn) -> int | None:
         elif name == "lt" and isinstance(e.invars[1], Literal) and e.invars[0] in cond.invars:
             j = cond.invars.index(e.invars[0]) - nc
             if j >= 0 and _increments(body, nb + j, j):
-                bounds.append(int(e.invars[1].val))
-    return min(bounds) if bounds else None
+                tests.append((j, int(e.invars[1].val)))
+    return tests
 
 
 def _increments(body, position, j) -> bool:
@@ -76,19 +86,26 @@ def _increments(body, position, j) -> bool:
 def _rule(eqn):
     if eqn.primitive.name != "while":
         return None
-    bound = count_bound(eqn)
+    tests = counter_tests(eqn)
     params = eqn.params
-    k = 1 if bound is None else counted_unroll_factor(params["cond_jaxpr"],
-                                                      params["body_jaxpr"], bound)
+    k = 1 if not tests else counted_unroll_factor(params["cond_jaxpr"], params["body_jaxpr"],
+                                                  min(n for _, n in tests))
     if k < 2:
         return None
-    return lambda *operands, **_: _unrolled(operands, params, k)
+    return lambda *operands, **_: _unrolled(operands, params, k, tests)
 
 
-def _unrolled(operands, params, k):
-    """The `while` equation's results, computed by a functional While unrolled k times."""
+def _unrolled(operands, params, k, tests):
+    """The `while` equation's results, computed by a functional While unrolled k
+    times, or bound by the most steps it takes where its counters' starts show
+    them (`tests`: `counter_tests`) and they fit in k."""
     nc, nb = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, carry = operands[:nc], operands[nc:nc + nb], operands[nc + nb:]
+    known = [n - int(np.min(carry[j])) for j, n in tests
+             if not isinstance(carry[j], Tracer) and np.size(carry[j])]
+    most = max(0, min(known)) if known else None
+    bound = UNBOUNDED if most is None or most > k else most
+    static_bound = None if bound == UNBOUNDED else bound
     cond, body = params["cond_jaxpr"], params["body_jaxpr"]
     carry_avals = body.out_avals
     # functional_while's cond and body take the iteration counter before the carry.
@@ -96,7 +113,7 @@ def _unrolled(operands, params, k):
                               [*cond.in_avals[:nc], COUNTER_AVAL, *carry_avals], "counted_cond")
     body_jaxpr = trace_closed(lambda *a: call(body, *a[:nb], *a[nb + 1:]),
                               [*body.in_avals[:nb], COUNTER_AVAL, *carry_avals], "counted_body")
-    _, *out = functional_while(list(cond_consts), list(body_consts), np.int32(UNBOUNDED),
+    _, *out = functional_while(list(cond_consts), list(body_consts), np.int32(bound),
                                list(carry), cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
-                               static_bound=None, name="counted", unroll=k)
+                               static_bound=static_bound, name="counted", unroll=k)
     return out

@@ -166,9 +166,33 @@ class PredicatedLoop(LoopEmitter):
         return i, results, stacks
 
 
-def loop_form(k, counted, pops, picks_scalars, cond_jaxpr, cond_nconsts) -> type:
-    """The form of a loop of k steps per iteration: `CountedLoop`, `SpeculativeLoop`
-    or `PredicatedLoop` (see each)."""
+class OneIteration(LoopEmitter):
+    """A forward loop that pushes and pops no rows, tests its carry, and takes at
+    most k steps (its static bound): one iteration of k predicated steps, in a
+    While that IREE 3.13 counts on the host (its test `i < 1` reads nothing back,
+    where the loop's own test would be read back before and after the steps)::
+
+        count = 0
+        for s in range(k):                      # predicated steps, no branches
+            p = s < bound and cond(s, x)
+            x = body(s, x) if p else x          # an elementwise `select`
+            count += p
+        return count, x
+    """
+    count_carried = True
+    first_predicated = 0
+
+    def cond_result(self, i, xs):
+        return less(i, const(1))
+
+
+def loop_form(k, counted, pops, picks_scalars, cond_jaxpr, cond_nconsts,
+              static_bound=None, plain=False) -> type:
+    """The form of a loop of k steps per iteration: `OneIteration`, `CountedLoop`,
+    `SpeculativeLoop` or `PredicatedLoop` (see each). `plain`: a forward loop that
+    pushes and pops no rows and keeps no checkpoints, exported."""
+    if plain and not counted and static_bound is not None and static_bound <= k:
+        return OneIteration
     if k > 1 and counted and not picks_scalars:
         return CountedLoop
     if k > 1 and not counted and not pops and _tests_one_scalar(cond_jaxpr, cond_nconsts):

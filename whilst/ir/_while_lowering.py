@@ -10,8 +10,8 @@ Each `stablehlo.while` iteration runs up to k loop steps (unrolling), which
 amortises IREE's per-iteration host cost (about 2 us on a CPU). A **counted** loop
 (its test is the trip count: gradient and linear Whiles, and loops tested `i < n`
 on a counter stepped by 1, which `_trip_count.py` bounds by their trip count) tests
-only `i < bound`. The loop's form (`_loop_forms.py`: counted, speculative or
-predicated) says which steps run unpredicated; the shared emitter
+only `i < bound`. The loop's form (`_loop_forms.py`: one iteration, counted,
+speculative or predicated) says which steps run unpredicated; the shared emitter
 (`_loop_emitter.py`) builds the op. An exported body's reads and writes of small
 arrays at computed positions become one-hot selects first (`iree_forms/_onehot.py`),
 so that such bodies unroll too.
@@ -89,7 +89,9 @@ def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     # Picking among k + 1 scalars makes IREE 3.13 fuse them all into one dispatch,
     # past its runtime's 32 bindings: such loops run their last steps predicated.
     picks_scalars = any(d is None and not a.shape for d, a in zip(strides, carry_avals))
-    form = loop_form(k, counted, pops, picks_scalars, cond_jaxpr, cond_nconsts)
+    exported = ctx.module_context.lowering_parameters.for_export
+    form = loop_form(k, counted, pops, picks_scalars, cond_jaxpr, cond_nconsts, static_bound,
+                     plain and exported)
     return form(ctx, name_stack, cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr,
                 cond_consts=cond_consts, consts=consts, popped=popped, bound=bound,
                 carry=carry, k=k, counted=counted, strides=strides,
