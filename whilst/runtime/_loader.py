@@ -247,8 +247,10 @@ class Module:
                     if (not retries_left or not is_lost(e)
                             or any(isinstance(leaf, DeviceArray) for leaf in flat)):
                         raise
+                    # The cause as text: a log handler that keeps its records (pytest's)
+                    # would keep the exception, its frames, this module and its device.
                     _log.warning("%s: the %s device was lost (%s); running the call again "
-                                 "on a new device", name, self.driver, e.__cause__)
+                                 "on a new device", name, self.driver, str(e.__cause__))
                     replace_lost(self.driver, self.device)
                     self._attach()
 
