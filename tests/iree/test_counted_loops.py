@@ -109,6 +109,7 @@ def python_counted_steps(y, n, first):
 
 def counted_to_one(text) -> list[bool]:
     """For each loop `_counted_loops` bound, whether its While tests `i < 1` alone."""
+    from whilst.ir._loop_emitter import NAME_ATTR
     from whilst.lowering._iree_ir import ir
     from whilst.lowering._ir_walk import ops_where
 
@@ -116,8 +117,8 @@ def counted_to_one(text) -> list[bool]:
         context.allow_unregistered_dialects = True
         module = ir.Module.parse(text)
         loops = ops_where(module, lambda op: op.name == "stablehlo.while"
-                          and "whilst.name" in op.attributes
-                          and ir.StringAttr(op.attributes["whilst.name"]).value == "counted")
+                          and NAME_ATTR in op.attributes
+                          and ir.StringAttr(op.attributes[NAME_ATTR]).value == "counted")
         tests = []
         for loop in loops:
             cond = loop.regions[0].blocks[0]

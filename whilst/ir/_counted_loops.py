@@ -31,12 +31,12 @@ evaluates it (`_rewrite.INLINED`).
 from __future__ import annotations
 
 import numpy as np
-from jax.core import Tracer
 from jax.extend.core import ClosedJaxpr, Literal
 
 from whilst.ir._functional_while import UNBOUNDED, functional_while
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._trip_count import is_known
 from whilst.ir._unroll import counted_unroll_factor
 
 
@@ -102,10 +102,10 @@ def _unrolled(operands, params, k, tests):
     nc, nb = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, carry = operands[:nc], operands[nc:nc + nb], operands[nc + nb:]
     known = [n - int(np.min(carry[j])) for j, n in tests
-             if not isinstance(carry[j], Tracer) and np.size(carry[j])]
+             if is_known(carry[j]) and np.size(carry[j])]
     most = max(0, min(known)) if known else None
-    bound = UNBOUNDED if most is None or most > k else most
-    static_bound = None if bound == UNBOUNDED else bound
+    static_bound = most if most is not None and most <= k else None
+    bound = UNBOUNDED if static_bound is None else static_bound
     cond, body = params["cond_jaxpr"], params["body_jaxpr"]
     carry_avals = body.out_avals
     # functional_while's cond and body take the iteration counter before the carry.

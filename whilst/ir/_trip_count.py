@@ -149,7 +149,7 @@ def static_trips(cond_jaxpr, cond_consts, body_jaxpr, n_body_consts, starts) -> 
         return None
     carry_index, limit, stride = test
     x0 = 0 if carry_index < 0 else starts[carry_index]
-    c = _known_limit(cond_jaxpr, cond_consts, limit) if _is_known(x0) else None
+    c = _known_limit(cond_jaxpr, cond_consts, limit) if is_known(x0) else None
     if c is None:
         return None
     dtype = limit.aval.dtype
@@ -164,14 +164,14 @@ def _known_limit(cond_jaxpr, cond_consts, limit):
     nconsts = len(cond_consts)
     limit_of, read = pe.dce_jaxpr(cond_jaxpr.jaxpr.replace(outvars=[limit]), [True])
     used = [x for x, r in zip(cond_consts, read[:nconsts]) if r]
-    if not all(map(_is_known, used)):
+    if not all(map(is_known, used)):
         return None
     with jax.ensure_compile_time_eval():
         (value,) = jax.core.eval_jaxpr(limit_of, cond_jaxpr.consts, *used)
     return value
 
 
-def _is_known(v) -> bool:
+def is_known(v) -> bool:
     """Whether `v` is a value known at trace time."""
     return isinstance(v, (numbers.Number, np.ndarray, np.generic)) or (
         isinstance(v, jax.Array) and is_concrete(v))
