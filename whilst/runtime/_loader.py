@@ -4,7 +4,6 @@ Needs only `iree-base-runtime` and numpy: no JAX, no compiler.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 
@@ -15,7 +14,7 @@ from whilst.runtime._devices import current, device, is_lost, replace_lost
 from whilst.runtime._errors import LoadError
 from whilst.runtime._inputs import convert, convert_untyped
 from whilst.runtime._module_file import checked_module, info, parse, read_bytes
-from whilst.runtime._transfer import DeviceArray, raw_dtype, to_device, to_host
+from whilst.runtime._transfer import DeviceArray, iree_runtime, raw_dtype, to_device, to_host
 from whilst.runtime.targets import DRIVERS
 
 _log = logging.getLogger("whilst.runtime")
@@ -23,12 +22,6 @@ _log = logging.getLogger("whilst.runtime")
 # How many times a call runs again after its device was lost (lavapipe loses it in a
 # third of the calls of some modules, new devices' too: iree_limits/vulkan_device_lost.py).
 LOST_DEVICE_RETRIES = 10
-
-
-@functools.cache
-def _iree():
-    import iree.runtime as rt
-    return rt
 
 
 class RunError(RuntimeError):
@@ -181,7 +174,7 @@ class Module:
     """
 
     def __init__(self, data: bytes, driver: str):
-        rt = _iree()
+        rt = iree_runtime()
         body = checked_module(data)
         self.info = info(data, parse(rt.VmInstance(), body))
         targets = self.info.describe_targets()
@@ -213,7 +206,7 @@ class Module:
 
     def _attach(self) -> None:
         """Load the module's body into a VM context on its driver's current device."""
-        rt = _iree()
+        rt = iree_runtime()
         self._held = device(self.driver)
         self.device = self._held.device
         self._config = rt.Config(device=self.device)
@@ -255,7 +248,7 @@ class Module:
                     self._attach()
 
     def _run(self, name, flat, dtypes, host: bool) -> list:
-        rt = _iree()
+        rt = iree_runtime()
         try:
             args = rt.VmVariantList(len(flat))
             for leaf in flat:

@@ -17,7 +17,8 @@ import numpy as np
 
 
 @functools.cache
-def _rt():
+def iree_runtime():
+    """`iree.runtime`, imported on first use (whilst imports without it)."""
     import iree.runtime as rt
     return rt
 
@@ -25,19 +26,19 @@ def _rt():
 @functools.cache
 def _element_type(dtype: np.dtype):
     """IREE's element type of the numpy `dtype`."""
-    return _rt().array_interop.map_dtype_to_element_type(dtype)
+    return iree_runtime().array_interop.map_dtype_to_element_type(dtype)
 
 
 @functools.cache
 def _dtype(element_type) -> np.dtype:
     """The numpy dtype of IREE's `element_type`."""
-    return np.dtype(_rt().HalElementType.map_to_dtype(element_type))
+    return np.dtype(iree_runtime().HalElementType.map_to_dtype(element_type))
 
 
 @functools.cache
 def _mapping_bits() -> tuple[int, int]:
     """The memory type and usage bits of a buffer the host can map."""
-    rt = _rt()
+    rt = iree_runtime()
     return int(rt.MemoryType.HOST_VISIBLE), int(rt.BufferUsage.MAPPING_SCOPED)
 
 
@@ -73,7 +74,7 @@ class DeviceArray:
 
 def to_device(device, array: np.ndarray):
     """A device-local buffer view holding a copy of the C-ordered `array`."""
-    rt = _rt()
+    rt = iree_runtime()
     return device.allocator.allocate_buffer_copy(
         memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
         device=device, buffer=array, element_type=_element_type(array.dtype))
@@ -82,7 +83,7 @@ def to_device(device, array: np.ndarray):
 def to_host(device, buffer_views, dtypes) -> list[np.ndarray]:
     """Numpy arrays of `dtypes` holding the contents of `buffer_views`: mapped where
     the host can map the buffer, else copied through staging buffers."""
-    rt = _rt()
+    rt = iree_runtime()
     arrays, pending = [None] * len(buffer_views), []
     for k, view in enumerate(buffer_views):
         buffer = view.get_buffer()
