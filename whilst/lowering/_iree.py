@@ -57,6 +57,7 @@ from whilst.lowering._iree_fusion import fusible_small_tensor_code, unfenced
 from whilst.lowering._iree_loops import (
     constant_results_copied, distinct_loop_inits, results_after_loops)
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
+from whilst.lowering._iree_carry_guards import carry_guards_hoisted
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_folded_constants import constant_expressions_folded
 from whilst.lowering._iree_loop_results import loop_results_fenced
@@ -105,6 +106,7 @@ def prepare(exports, targets=None) -> str:
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             unread_carries_read(module)
+            carry_guards_hoisted(module)
             results_after_loops(module)
             constant_results_copied(module)
             if dynamic:

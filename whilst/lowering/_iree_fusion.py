@@ -45,6 +45,10 @@ it under aggressive fusion (`iree_limits/rereading_scatter.mlir`).
     scatter(buf, k, where(save, x, buf[k]))
       == scatter(buf, k, optimization_barrier(where(save, x, buf[k])))
 
+unless `buf` is a constant broadcast (a stage buffer of diffrax's that starts from
+zeros, written before its loop), which IREE folds the gather of: such a scatter
+compiles unfenced, and a fence in a loop body ends the iteration's command buffer.
+
 Only aggressive fusion needs the fences, and with the default fusion a fence
 on a gather from a `stablehlo.case`'s result makes modules that fail on every
 call ("ref is null ... hal.buffer.subspan": the gradients of diffrax's Tsit5
@@ -153,10 +157,12 @@ _MOST_ENCLOSING_WHILES = 1
 
 def _rereading_scatter(op) -> bool:
     """Whether `op` is a one-operand `stablehlo.scatter`, in at most
-    _MOST_ENCLOSING_WHILES loops, whose updates are computed, through `_ROW_OPS`,
-    from a `stablehlo.gather` of the scatter's operand."""
+    _MOST_ENCLOSING_WHILES loops, of an operand that is not a constant broadcast,
+    whose updates are computed, through `_ROW_OPS`, from a `stablehlo.gather` of
+    the scatter's operand."""
     if (op.name != "stablehlo.scatter" or len(op.operands) != 3
-            or _enclosing_whiles(op) > _MOST_ENCLOSING_WHILES):
+            or _enclosing_whiles(op) > _MOST_ENCLOSING_WHILES
+            or _constant_broadcast(op.operands[0])):
         return False
     target, pending, seen = op.operands[0], [op.operands[SCATTER_UPDATES]], 0
     while pending and seen < _MOST_ROW_OPS:
@@ -168,6 +174,14 @@ def _rereading_scatter(op) -> bool:
         if name in _ROW_OPS:
             pending.extend(producer.operands)
     return False
+
+
+def _constant_broadcast(value) -> bool:
+    """Whether `value` is a `stablehlo.constant`, or broadcasts one."""
+    owner = value.owner
+    while getattr(owner, "name", None) == "stablehlo.broadcast_in_dim":
+        owner = owner.operands[0].owner
+    return getattr(owner, "name", None) == "stablehlo.constant"
 
 
 def _enclosing_whiles(op) -> int:

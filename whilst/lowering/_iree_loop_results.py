@@ -17,7 +17,12 @@ through one `stablehlo.optimization_barrier` right after the loop, unused ones t
 the inner loop of corpus `nested_forward` on local-task). The barrier copies
 nothing; the buffers are released when their last reference goes. Results of
 dynamic shape are left out: IREE 3.13 cannot resolve the dimensions of a barrier's
-results ("'tensor.dim' op unexpected during shape cleanup").
+results ("'tensor.dim' op unexpected during shape cleanup"). So are the results of a
+loop whose first test passes whatever the inputs (`c < N` of a carry starting from a
+constant below the constant `N`: a counted loop of known bounds, such as the one
+iteration of `_loop_forms.OneIteration`): it returns values its body made, and a
+barrier inside a loop body ends IREE's command buffer there, a submission and a host
+wait per iteration of the loop around it (`iree_limits/barrier_in_loop_body.mlir`).
 
 The results of carries that start from a copy of `distinct_loop_inits` that the
 program reads go through a barrier each of their own: in that one barrier with the
@@ -37,13 +42,14 @@ from whilst.lowering._iree_loops import DISTINCT_INIT_ATTR
 
 
 def loop_results_fenced(module) -> None:
-    """Every `stablehlo.while` of `module` (nested ones included) has its results of
-    static shape replaced by those of optimization barriers placed after it: one
-    for each result that is read and whose carry starts from a `distinct_loop_inits`
-    copy, one for all the others."""
+    """Every `stablehlo.while` of `module` (nested ones included) that may run no
+    iteration has its results of static shape replaced by those of optimization
+    barriers placed after it: one for each result that is read and whose carry
+    starts from a `distinct_loop_inits` copy, one for all the others."""
     from whilst.lowering._iree_ir import ir
 
-    for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
+    for loop in ops_where(module, lambda op: op.name == "stablehlo.while"
+                          and not _first_test_passes(op)):
         results = [r for r in loop.results if ir.RankedTensorType(r.type).has_static_shape]
         apart = [r for r in results if _fenced_apart(loop, r)]
         rest = [r for r in results if r not in apart]
@@ -68,3 +74,33 @@ def _starts_from_copy(loop, index) -> bool:
 
     owner = loop.operands[index].owner
     return not isinstance(owner, ir.Block) and DISTINCT_INIT_ATTR in owner.operation.attributes
+
+
+def _first_test_passes(loop) -> bool:
+    """Whether the cond of `loop` is `c < N` of a carry `c` whose initial value is a
+    constant `0 <= c0 < N`, `N` a constant (signed or unsigned, the test passes)."""
+    from whilst.lowering._iree_ir import ir
+
+    cond = loop.regions[0].blocks[0]
+    test = list(cond.operations)[-1].operation.operands[0].owner
+    if (isinstance(test, ir.Block) or test.name != "stablehlo.compare"
+            or str(test.attributes["comparison_direction"])
+            != "#stablehlo<comparison_direction LT>"):
+        return False
+    counter, limit = test.operands
+    if not isinstance(counter, ir.BlockArgument) or counter.owner != cond:
+        return False
+    start, limit = _integer_constant(loop.operands[counter.arg_number]), _integer_constant(limit)
+    return start is not None and limit is not None and 0 <= start < limit
+
+
+def _integer_constant(value):
+    """The value of `value` where a `stablehlo.constant` scalar integer makes it, else None."""
+    from whilst.lowering._iree_ir import ir
+
+    owner = value.owner
+    if (isinstance(owner, ir.Block) or owner.name != "stablehlo.constant"
+            or not isinstance(ir.RankedTensorType(value.type).element_type, ir.IntegerType)
+            or ir.RankedTensorType(value.type).rank != 0):
+        return None
+    return ir.IntegerAttr(ir.DenseElementsAttr(owner.attributes["value"]).get_splat_value()).value

@@ -6,16 +6,21 @@ every step; `iree_limits/unread_loop_predicate.mlir` is the same crash for the
 loop test)."""
 from __future__ import annotations
 
+from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import partial_eval as pe
 
 from whilst.ir._emit_ops import broadcast_scalar, const
 
+# Tags the barrier that hides the counter (whilst's IREE preparation moves it out of
+# the loop: `whilst.lowering._iree_carry_guards`).
+GUARD_ATTR = "whilst.carry_guard"
+
 
 def read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
     """Make the emitted body read each carry that `body` overwrites without reading:
     `new if opaque_i >= 0 else old`, with the loop counter `i` (never negative)
-    hidden from folding by an optimization barrier.
+    hidden from folding by an optimization barrier tagged GUARD_ATTR.
 
     The barrier must not hold a constant: IREE 3.13 packs the loop's constant
     initial values into one allocation, and a barrier on one of them inside the
@@ -25,7 +30,9 @@ def read_every_carry(body_jaxpr, n_inputs_before_counter, i, xs, new_xs):
     unread = [not u for u in used[n_inputs_before_counter + 1:]]
     if not any(unread):
         return new_xs
-    (opaque,) = hlo.OptimizationBarrierOp([i]).results
+    barrier = hlo.OptimizationBarrierOp([i])
+    barrier.attributes[GUARD_ATTR] = ir.UnitAttr.get()
+    (opaque,) = barrier.results
     keep_new = hlo.compare(opaque, const(0),
                            hlo.ComparisonDirectionAttr.get("GE"),
                            compare_type=hlo.ComparisonTypeAttr.get("SIGNED"))
