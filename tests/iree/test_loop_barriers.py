@@ -11,7 +11,7 @@ import pytest
 
 import whilst
 from whilst._compile import FALLBACK_NOTE
-from whilst.lowering import prepare
+from whilst.lowering import flag_sets, prepare, source_for
 from whilst.lowering._iree_fusion import FENCE_ATTR
 from whilst.lowering._iree import loop_costs
 from whilst.lowering._ir_walk import ops_where
@@ -74,10 +74,18 @@ def _within(op, loop) -> bool:
     return False
 
 
+def host_stepped(fn, *args):
+    """The module text iree-compile gets for `fn` with every loop stepped from the host
+    (aggressive fusion first, then the default fusion)."""
+    text = prepare([whilst.export(fn, *args)])
+    return [source_for(text, flags) for flags in flag_sets(("llvm-cpu",),
+                                                           loops_in_dispatch=False)]
+
+
 def test_loop_bodies_hold_no_barrier():
     """The guard that reads the previous y is an opaque zero made before the loop."""
-    inside, _ = _barriers(prepare([whilst.export(grown, X)]))
-    assert inside == 0
+    texts = host_stepped(grown, X)
+    assert len(texts) >= 2 and all(_barriers(text)[0] == 0 for text in texts)
 
 
 def test_a_loop_that_runs_at_least_once_returns_its_results_without_a_barrier():

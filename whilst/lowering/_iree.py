@@ -106,7 +106,6 @@ def prepare(exports, targets=None) -> str:
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             unread_carries_read(module)
-            carry_guards_hoisted(module)
             results_after_loops(module)
             constant_results_copied(module)
             if dynamic:
@@ -296,9 +295,9 @@ def source_for(text: str, flags, memo=None, on_host=frozenset()) -> str | None:
         kind, make = ("in_dispatch", *sorted(on_host)), lambda text: _with_loops_in_dispatch(
             text, on_host)
     elif has_aggressive_fusion(flags):
-        return text
+        kind, make = "fenced", _with_host_loop_forms
     else:
-        kind, make = "unfenced", unfenced
+        kind, make = "unfenced", lambda text: _with_host_loop_forms(unfenced(text))
     if kind not in memo:
         memo[kind] = make(text)
     return memo[kind]
@@ -306,13 +305,28 @@ def source_for(text: str, flags, memo=None, on_host=frozenset()) -> str | None:
 
 def _with_loops_in_dispatch(text: str, on_host) -> str | None:
     """`text` with its small loops in dispatches, the others and those numbered in
-    `on_host` left to the host, or None where no loop moved."""
+    `on_host` left to the host in their host forms, or None where no loop moved."""
     from whilst.lowering._iree_ir import ir
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         if not loops_in_dispatch(module, on_host):
             return None
+        carry_guards_hoisted(module)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def _with_host_loop_forms(text: str) -> str:
+    """`text` with the carry guards of its loops, each stepped from the host, made
+    before them (`_iree_carry_guards`; a loop that moves into a dispatch drops its
+    guard's barrier instead, `_iree_loops_in_dispatch`)."""
+    from whilst.lowering._iree_ir import ir
+
+    with ir.Context() as context, ir.Location.unknown():
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        if not carry_guards_hoisted(module):
+            return text
         return module.operation.get_asm(enable_debug_info=False)
 
 

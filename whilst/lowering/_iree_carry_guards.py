@@ -10,7 +10,9 @@ code that awaits its operand, so a barrier in a loop body ends the command buffe
 there: one more submission and a host wait per iteration
 (`iree_limits/barrier_in_loop_body.mlir`). `carry_guards_hoisted` replaces those
 barriers (tagged GUARD_ATTR) in each function by one opaque zero made before its
-loops, which IREE cannot fold either::
+loops, which IREE cannot fold either, once the loops that run inside dispatches have
+dropped theirs (`_iree_loops_in_dispatch`: there the barrier is gone, and a value made
+outside the loop would be one more binding of the dispatch)::
 
     z, _ = optimization_barrier(0, -1)    # once, at the function's start
     select(z >= 0, new, old)              # in the loop bodies: the same values
@@ -25,12 +27,13 @@ from whilst.ir.iree_forms._unread_carries import GUARD_ATTR
 from whilst.lowering._ir_walk import ops_where
 
 
-def carry_guards_hoisted(module) -> None:
+def carry_guards_hoisted(module) -> bool:
     """Each optimization barrier tagged GUARD_ATTR (of an int32 counter) in a function
     of `module` replaced by the first result of one barrier of constants at the
-    function's start (module docstring)."""
+    function's start (module docstring); whether there was any."""
     from whilst.lowering._iree_ir import ir
 
+    hoisted = False
     for func in ops_where(module, lambda op: op.name == "func.func" and op.regions[0].blocks):
         i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
         guards = ops_where(func, lambda op: op.name == "stablehlo.optimization_barrier"
@@ -49,3 +52,5 @@ def carry_guards_hoisted(module) -> None:
         for guard in guards:
             guard.results[0].replace_all_uses_with(opaque)
             guard.erase()
+        hoisted = True
+    return hoisted
