@@ -4,10 +4,12 @@ iteration). The guard that keeps a body reading the carries it overwrites is one
 opaque zero per function (`whilst/lowering/_iree_carry_guards.py`), and a loop that
 runs at least once returns its results without a barrier
 (`whilst/lowering/_iree_loop_results.py`), and a scatter into a constant broadcast
-is not fenced (`whilst/lowering/_iree_fusion.py`)."""
+is not fenced, and a select of a wide state by a scalar computed on the device is
+elementwise (`whilst/lowering/_iree_fusion.py`)."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import whilst
 from whilst._compile import FALLBACK_NOTE
@@ -146,3 +148,31 @@ def test_a_row_written_into_a_constant_buffer_is_not_fenced():
         got, want = compiled.load()(x), staged_numpy(x)
         assert int(got[0]) == want[0]
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+
+
+def halved_or_grown(x):
+    """Per step, the whole state halved if any element passed 1, else grown: a select
+    of 2048 elements by a scalar computed on the device."""
+    def body(c):
+        i, y = c
+        return i + 1, lax.select(jnp.any(y > 1.0), y * 0.5, y * 1.5 + 0.01)
+    return whilst.lax.while_loop(lambda c: c[0] < 20, body, (0, x))
+
+
+def halved_or_grown_numpy(x):
+    y = x.astype(np.float64)
+    for _ in range(20):
+        y = y * 0.5 if np.any(y > 1.0) else y * 1.5 + 0.01
+    return 20, y
+
+
+def test_a_loop_body_selects_a_wide_state_by_a_device_scalar_without_reading_it_back():
+    """The predicate is broadcast (`broadcast_select_predicates`), so IREE selects on
+    the device: the iteration is one submission that reads nothing back."""
+    costs = loop_costs(host_driven_stream(prepare([whilst.export(halved_or_grown, WIDE)])))
+    assert len(costs) == 1 and costs[0]["readbacks"] == 0, costs
+    assert costs[0]["submissions"] == 1, costs
+    got = whilst.compile(halved_or_grown, WIDE).load()(WIDE)
+    want = halved_or_grown_numpy(WIDE)
+    assert int(got[0]) == want[0]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)

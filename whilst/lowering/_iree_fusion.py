@@ -10,6 +10,11 @@ elementwise and fuses with its operands' producers::
 
     select(flag, x, y)  ==  select(broadcast(flag, x.shape), x, y)
 
+for operands of at most SMALL_ELEMENTS, and in a loop body of at most
+LOOP_SELECT_ELEMENTS: there the readback ends the iteration's command buffer and
+the host waits for it (diffrax's first stage under `jax.vmap`, `where(any(jump),
+f0, k0)` over a `[1024, 2]` batch: a submission and a host wait per solver step).
+
 IREE 3.13 does not fuse a `stablehlo.concatenate` with the ops that compute its
 pieces: `jnp.stack([f(x), g(x)])` becomes one dispatch per piece plus a copy per
 piece into the result. Loop bodies over a few numbers (an ODE right-hand side,
@@ -68,6 +73,7 @@ from whilst.lowering._ir_walk import ops_where
 from whilst.lowering._iree_dims import SHAPE_OPERANDS
 
 SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for a readback
+LOOP_SELECT_ELEMENTS = 16384  # a pass over as many costs about a loop iteration's readback
 
 
 def fusible_small_tensor_code(module) -> None:
@@ -79,8 +85,9 @@ def fusible_small_tensor_code(module) -> None:
 
 
 def broadcast_select_predicates(module) -> None:
-    """Give every `stablehlo.select` of tensors with a scalar predicate an
-    elementwise predicate, in place."""
+    """Give every `stablehlo.select` of tensors with a scalar predicate (of at most
+    SMALL_ELEMENTS, or LOOP_SELECT_ELEMENTS in a loop body) an elementwise
+    predicate, in place."""
     from whilst.lowering._iree_ir import ir
 
     for op in ops_where(module, _scalar_predicate_select):
@@ -235,7 +242,8 @@ def _scalar_predicate_select(op) -> bool:
         return False
     operand = ir.RankedTensorType(op.operands[1].type)
     return (ir.RankedTensorType(op.operands[0].type).rank == 0 and 0 < operand.rank
-            and _small(operand))
+            and (_small(operand) or _enclosing_whiles(op) > 0
+                 and _small(operand, LOOP_SELECT_ELEMENTS)))
 
 
 def _small_stack(op) -> bool:
@@ -264,14 +272,14 @@ def _is_shape(value) -> bool:
                               for use in uses)
 
 
-def _small(tensor_type) -> bool:
-    """Whether a ranked tensor type has a static shape of at most SMALL_ELEMENTS."""
+def _small(tensor_type, most=SMALL_ELEMENTS) -> bool:
+    """Whether a ranked tensor type has a static shape of at most `most` elements."""
     if not tensor_type.has_static_shape:
         return False
     size = 1
     for n in tensor_type.shape:
         size *= n
-    return size <= SMALL_ELEMENTS
+    return size <= most
 
 
 def _as_selects(op):
