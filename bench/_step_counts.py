@@ -2,18 +2,18 @@
 module's outer loop (a solver's step loop), counted on one call on IREE
 `local-sync`.
 
-Dispatches and submissions are counted at run time by IREE's HAL profiler
+Dispatches are counted at run time by IREE's HAL profiler
 (`iree-run-module --device_profiling_mode=queue-events,host-execution`, read with
-`iree-profile statistics`): how often each dispatch function ran, and how many
-command buffers were executed. Readbacks (`stream.resource.load`) leave no
-trace there, so they come from the module's stream phase: each loop's own
-loads (its blocks, less those of the loops nested in it) times the iterations
-it ran, counted from a dispatch only that loop holds (the most any such
-dispatch ran, divided by its uses per iteration). The outer loop is the
+`iree-profile statistics`): how often each dispatch function ran. Readbacks
+(`stream.resource.load`) leave no trace there, and the profiler does not tell the
+submissions of code outside the loops from those in them, so both come from the module's stream phase: each loop's own
+loads and `stream.cmd.execute`s (its blocks, less those of the loops nested in it)
+times the iterations it ran, counted from a dispatch only that loop holds (the most
+any such dispatch ran, divided by its uses per iteration). The outer loop is the
 outermost loop that ran most (a gradient's forward While, or its gradient
-While); `per_outer_iteration` divides the work of the call's loops (the call's
-counts less the dispatches and submissions of its code outside every loop,
-which runs once) by its iterations. An iteration is an emitted one: where whilst
+While); `per_outer_iteration` divides the work of the call's loops (for
+dispatches, the call's count less those of its code outside every loop, which
+runs once) by its iterations. An iteration is an emitted one: where whilst
 unrolls a loop (a body without inner loops), k steps.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import numpy as np
 _TOOLS = os.path.dirname(sys.executable)
 
 
-def runtime_counts(vmfb: bytes, function: str, args) -> tuple[dict[str, int], int]:
-    """`({dispatch function: runs}, submissions)` of one call of `function` of the
+def runtime_counts(vmfb: bytes, function: str, args) -> dict[str, int]:
+    """`{dispatch function: runs}` of one call of `function` of the
     (unsealed) module `vmfb` with the numpy arrays `args`, on local-sync."""
     with tempfile.TemporaryDirectory() as tmp:
         module, profile = os.path.join(tmp, "m.vmfb"), os.path.join(tmp, "p.ireeprof")
@@ -49,15 +49,13 @@ def runtime_counts(vmfb: bytes, function: str, args) -> tuple[dict[str, int], in
         rows = subprocess.run([os.path.join(_TOOLS, "iree-profile"), "statistics",
                                "--format=jsonl", profile],
                               check=True, capture_output=True, text=True).stdout
-    dispatches, submissions = {}, 0
+    dispatches = {}
     for line in rows.splitlines():
         row = json.loads(line)
         if row.get("function_name"):
             name = row["function_name"]
             dispatches[name] = dispatches.get(name, 0) + row["sample_count"]
-        elif row.get("row_type") == "queue_host_operation" and row["event_name"] == "execute":
-            submissions += row["sample_count"]
-    return dispatches, submissions
+    return dispatches
 
 
 def _loop_regions(stream_text: str, function: str):
@@ -108,12 +106,13 @@ def _loop_regions(stream_text: str, function: str):
     return regions
 
 
-def per_outer_iteration(stream_text: str, function: str, dispatch_runs: dict[str, int],
-                        submissions: int) -> dict[str, float | None]:
-    """Dispatches, submissions and readbacks of one call's loops (`runtime_counts`)
-    per iteration of the outer loop, and that loop's iterations ("iterations");
-    readbacks None where a loop holding some has no dispatch of its own to count
-    its iterations by. All None when the function has no loop."""
+def per_outer_iteration(stream_text: str, function: str,
+                        dispatch_runs: dict[str, int]) -> dict[str, float | None]:
+    """Dispatches, submissions and readbacks of one call's loops (`dispatch_runs`
+    from `runtime_counts`) per iteration of the outer loop, and that loop's
+    iterations ("iterations"); submissions and readbacks None where a loop holding
+    some has no dispatch of its own to count its iterations by. All None when the
+    function has no loop."""
     regions = _loop_regions(stream_text, function)
     owners = {}
     for k, (_, _, dispatches, _, _) in enumerate(regions):
@@ -128,14 +127,16 @@ def per_outer_iteration(stream_text: str, function: str, dispatch_runs: dict[str
     if not outer:
         return dict.fromkeys(("iterations", "dispatches", "submissions", "readbacks"))
     iterations = max(outer)
-    readbacks = 0.0
-    for r, (_, loads, _, _, _) in zip(runs[1:], regions[1:]):
-        if loads and r is None:
-            readbacks = None
-            break
-        readbacks += loads * (r or 0)
-    _, _, once, _, submitted_once = regions[0]
+
+    def per_iteration(position):   # a region entry's static count, times its runs
+        total = 0.0
+        for r, region in zip(runs[1:], regions[1:]):
+            if region[position] and r is None:
+                return None
+            total += region[position] * (r or 0)
+        return total / iterations
+
+    _, _, once, _, _ = regions[0]
     return {"iterations": iterations,
             "dispatches": (sum(dispatch_runs.values()) - sum(once.values())) / iterations,
-            "submissions": (submissions - submitted_once) / iterations,
-            "readbacks": None if readbacks is None else readbacks / iterations}
+            "submissions": per_iteration(4), "readbacks": per_iteration(1)}

@@ -9,8 +9,8 @@ the median call time of JAX CPU (jit, timed on its own, warm) and of whilst's
 module on IREE `local-sync`, with the ratio IREE / JAX; and per iteration of the
 outer loop (a solver step, or k steps where whilst unrolls the loop; `steps`: its
 iterations in one call) the dispatches, command-buffer submissions and readbacks
-of the call's loops on IREE (`_step_counts`: dispatches and submissions counted
-by IREE's profiler, readbacks from the stream phase).
+of the call's loops on IREE (`_step_counts`: dispatches counted by IREE's
+profiler, submissions and readbacks from the stream phase).
 
     EQX_ON_ERROR=nan .venv/bin/python bench/clients.py [--only NAME,...] [--no-loops-in-dispatch]
 """
@@ -140,7 +140,7 @@ def main():
         fallback = (" (default fusion)" if FALLBACK_NOTE in compiled.stages[-1][0] else
                     " (loops in dispatches)" if has_loops_in_dispatch(compiled.flags) else "")
         counts = per_outer_iteration(stream_phase(fn, call_args, compiled), "main",
-                                     *runtime_counts(compiled.data, "main",
+                                     runtime_counts(compiled.data, "main",
                                                     jax.tree_util.tree_leaves(call_args)))
         rows.append([name, f"{seconds:.1f}{fallback}", "yes" if matches else "NO",
                      fmt_time(jax_time), fmt_time(iree_time), fmt_ratio(iree_time / jax_time),
