@@ -18,37 +18,34 @@ outside the loop would be one more binding of the dispatch)::
     select(z >= 0, new, old)              # in the loop bodies: the same values
 
 (the barrier holds no constant a loop starts from by itself: IREE 3.13 binds one
-buffer to such a constant's uses, `iree_limits/barrier_on_constant_init.mlir`; the
-second operand keeps it apart from `_iree_loops.opaque_copy`'s barriers.)
+buffer to such a constant's uses, `iree_limits/barrier_on_constant_init.mlir`; its
+serial, GUARD_SERIAL, keeps it apart from `_iree_loops.opaque_copy`'s barriers.)
 """
 from __future__ import annotations
 
 from whilst.ir.iree_forms._unread_carries import GUARD_ATTR
 from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._iree_loops import opaque_scalar
+
+GUARD_SERIAL = -1   # the guard barrier's tag: apart from `opaque_copy`'s (0 and up)
 
 
 def carry_guards_hoisted(module) -> bool:
     """Each optimization barrier tagged GUARD_ATTR (of an int32 counter) in a function
-    of `module` replaced by the first result of one barrier of constants at the
-    function's start (module docstring); whether there was any."""
+    of `module` replaced by one opaque zero (`opaque_scalar`) made at the function's
+    start (module docstring); whether there was any."""
     from whilst.lowering._iree_ir import ir
 
+    i32 = ir.IntegerType.get_signless(32)
+    counter = ir.RankedTensorType.get([], i32)
     hoisted = False
     for func in ops_where(module, lambda op: op.name == "func.func" and op.regions[0].blocks):
-        i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
         guards = ops_where(func, lambda op: op.name == "stablehlo.optimization_barrier"
-                           and GUARD_ATTR in op.attributes and op.results[0].type == i32)
+                           and GUARD_ATTR in op.attributes and op.results[0].type == counter)
         if not guards:
             continue
-        entry = func.regions[0].blocks[0]
-        with ir.InsertionPoint.at_block_begin(entry), func.location:
-            zero, tag = (ir.Operation.create(
-                "stablehlo.constant", results=[i32], attributes={
-                    "value": ir.DenseElementsAttr.get_splat(
-                        i32, ir.IntegerAttr.get(i32.element_type, v))}).result
-                for v in (0, -1))
-            opaque = ir.Operation.create("stablehlo.optimization_barrier",
-                                         results=[i32, i32], operands=[zero, tag]).results[0]
+        with ir.InsertionPoint.at_block_begin(func.regions[0].blocks[0]), func.location:
+            opaque = opaque_scalar(i32, ir.IntegerAttr.get(i32, 0), GUARD_SERIAL)
         for guard in guards:
             guard.results[0].replace_all_uses_with(opaque)
             guard.erase()

@@ -155,29 +155,37 @@ def identity_element(element) -> tuple:
     return ir.FloatAttr.get(element, -0.0), "stablehlo.add"
 
 
+def opaque_scalar(element, value, serial):
+    """A scalar `value` (an attribute of MLIR element type `element`) that IREE
+    cannot fold: the first result of an optimization barrier that also holds
+    `serial` (IREE merges equal barriers), made at the current insertion point."""
+    from whilst.lowering._iree_ir import ir
+
+    scalar = ir.RankedTensorType.get([], element)
+    const = ir.Operation.create(
+        "stablehlo.constant", results=[scalar],
+        attributes={"value": ir.DenseElementsAttr.get_splat(scalar, value)})
+    i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+    tag = ir.Operation.create(
+        "stablehlo.constant", results=[i32],
+        attributes={"value": ir.DenseElementsAttr.get_splat(
+            i32, ir.IntegerAttr.get(i32.element_type, serial))})
+    return ir.Operation.create("stablehlo.optimization_barrier", results=[scalar, i32],
+                               operands=[const.result, tag.result]).results[0]
+
+
 def opaque_copy(value, before, serial=0):
     """`value` combined elementwise with an identity element hidden behind an
-    optimization barrier, inserted before `before`: equal contents, a new buffer.
-    The barrier also holds `serial`, so copies of one value with distinct serials
-    stay distinct (IREE merges equal barriers)."""
+    optimization barrier (`opaque_scalar`), inserted before `before`: equal
+    contents, a new buffer. Copies of one value with distinct serials stay distinct."""
     from whilst.lowering._iree_ir import ir
 
     tensor = ir.RankedTensorType(value.type)
-    scalar = ir.RankedTensorType.get([], tensor.element_type)
     identity, combine = identity_element(tensor.element_type)
     with ir.InsertionPoint(before), before.location:
-        const = ir.Operation.create(
-            "stablehlo.constant", results=[scalar],
-            attributes={"value": ir.DenseElementsAttr.get_splat(scalar, identity)})
-        i32 = ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
-        tag = ir.Operation.create(
-            "stablehlo.constant", results=[i32],
-            attributes={"value": ir.DenseElementsAttr.get_splat(
-                i32, ir.IntegerAttr.get(i32.element_type, serial))})
-        opaque = ir.Operation.create("stablehlo.optimization_barrier", results=[scalar, i32],
-                                     operands=[const.result, tag.result])
+        opaque = opaque_scalar(tensor.element_type, identity, serial)
         spread = ir.Operation.create(
-            "stablehlo.broadcast_in_dim", results=[tensor], operands=[opaque.results[0]],
+            "stablehlo.broadcast_in_dim", results=[tensor], operands=[opaque],
             attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])})
         copy = ir.Operation.create(combine, results=[tensor],
                                    operands=[value, spread.result])
