@@ -4,9 +4,11 @@ keep behaviour (a restructuring) can show its modules are byte-identical.
 Programs: the IREE conformance corpus (`tests/iree/test_iree_corpus.py`), the bench programs
 and the samples (`bench/gpu_check.py`'s quick set). For each program and each target
 (llvm-cpu, vulkan-spirv, cuda): the sha256 of the StableHLO text `whilst.export` makes and
-of the module text `whilst.compile` hands to iree-compile, both without source locations
-(the VHLO artifact records the file and line of every op's Python source, whilst's own
-included, so any edit of whilst changes it). No iree-compile runs.
+of the prepared module text, both without source locations (the VHLO artifact records
+the file and line of every op's Python source, whilst's own included, so any edit of
+whilst changes it), and of the text iree-compile gets for each flag set `compile_module`
+may try (`source_for`: loops moved into dispatches, host loop forms). No iree-compile
+runs.
 
     python bench/export_hashes.py > before.json          # on the old code
     python bench/export_hashes.py --compare before.json  # on the new: lists differences
@@ -37,9 +39,11 @@ def programs() -> dict:
 
 
 def hashes() -> dict:
-    """`{program: {target: {"stablehlo": sha256, "prepared": sha256}}}` (or the error)."""
+    """`{program: {target: {"stablehlo": sha256, "prepared": sha256, "sources":
+    {flags described: sha256 or None}}}}` (or the error)."""
     import whilst
     from whilst._compile import prepare_stage
+    from whilst.lowering import describe_flags, flag_sets, source_for
 
     out = {}
     for name, (fn, args) in programs().items():
@@ -51,11 +55,19 @@ def hashes() -> dict:
             except Exception as e:  # a program a target refuses is hashed by its error
                 out[name][target] = {"error": f"{type(e).__name__}: {e}"}
                 continue
+            forms = {}
+            sources = {describe_flags(flags): source_for(prepared, flags, forms)
+                       for flags in flag_sets([target])}
             out[name][target] = {
-                "stablehlo": hashlib.sha256(_without_locations(exported.text).encode()).hexdigest(),
-                "prepared": hashlib.sha256(prepared.encode()).hexdigest()}
+                "stablehlo": _sha256(_without_locations(exported.text)),
+                "prepared": _sha256(prepared),
+                "sources": {k: v and _sha256(v) for k, v in sources.items()}}
         print(f"hashed {name}", file=sys.stderr, flush=True)
     return out
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _without_locations(text: str) -> str:

@@ -343,6 +343,20 @@ def test_rk_gradients_of_every_policy_match_diffrax_on_jax(more_rk_gradients):
                                    rtol=2e-4)
 
 
+@pytest.mark.iree
+def test_checkpoints_gradient_with_loops_stepped_from_the_host_matches_diffrax_on_jax():
+    """The Tsit5 gradient under `checkpoints=8` with every loop stepped from the host
+    (the form a module falls back to, e.g. where another of its functions has a
+    dispatch past the binding limit): its forward While's checkpoint arrays of two
+    boolean carries that start all true keep buffers of their own
+    (`iree_limits/all_true_boolean_copies.py`)."""
+    grad = loss_grad(lv_solve, adjoint=WhilstAdjoint(checkpoints=8))
+    compiled = whilst.compile(grad, Y0, RATES, loops_in_dispatch=False)
+    assert not has_loops_in_dispatch(compiled.flags)
+    np.testing.assert_allclose(compiled.load()(Y0, RATES),
+                               jax.jit(loss_grad(lv_solve))(Y0, RATES), rtol=2e-4)
+
+
 # --- Dopri5, and a batch of 1024 initial conditions, on IREE (forward) ------------------
 
 BATCH_1024 = Y0 * np.linspace(0.5, 1.5, 1024, dtype=np.float32)[:, None]

@@ -529,3 +529,23 @@ def test_a_host_loop_starting_from_a_dispatchs_results_runs():
         run = module.load(driver)
         for x in [11.0, 9.0, 1.0, 0.1, 1e-4]:
             np.testing.assert_allclose(run(f32(x)), jax.grad(unrolled)(f32(x)), rtol=1e-5)
+
+
+def nested_sines(x):
+    """Three steps of y <- sin(y) + x, i + 1 times over, scaled by 0.9 each step."""
+    def outer(i, x):
+        y = whilst.while_loop(lambda j, y: j < i + 1, lambda j, y: (j + 1, jnp.sin(y) + x),
+                              [0, x], maximum_iterations=5)[1]
+        return i + 1, y * 0.9
+    return whilst.while_loop(lambda i, x: i < 3, outer, [0, x], maximum_iterations=4)[1]
+
+
+def test_the_text_of_loops_in_dispatches_is_one_from_call_to_call():
+    """The second derivative of a nested loop: the barriers and constant copies that
+    moving its loops makes come in the order of the module's ops, not of a set's
+    (whose order follows the ops' addresses), so each call gives one text."""
+    text = prepare([whilst.export(jax.grad(jax.grad(nested_sines)), f32(0.6))])
+    flags = flag_sets(["llvm-cpu"])[0]
+    assert has_loops_in_dispatch(flags)
+    texts = {source_for(text, flags) for _ in range(6)}
+    assert len(texts) == 1 and None not in texts

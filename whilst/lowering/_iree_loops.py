@@ -5,7 +5,7 @@ IREE 3.13 gives two carries of one loop a single buffer when they start from the
 same value (after canonicalization and CSE, e.g. two `jnp.zeros` of one shape, or
 the equal initial carries of a `lax.scan`), so writing one overwrites the other.
 `distinct_loop_inits` starts every such duplicate carry from its own copy of the
-value: `init + barrier(0, k)[0]` (`init | barrier(false, k)[0]` for booleans), one
+value: `init + barrier(0, k)[0]` (`init ^ barrier(false, k)[0]` for booleans), one
 elementwise dispatch before the loop that IREE cannot fold, so each carry owns its
 buffer. Each copy's barrier also holds its own `k` (the carry's index): IREE merges
 equal barriers, and two copies `init + barrier(0)` were one buffer again (the
@@ -144,12 +144,14 @@ def _captured(op):
 
 def identity_element(element) -> tuple:
     """`(identity, op)` for an MLIR element type: `op(x, identity) == x` bit for bit
-    (`False` and `stablehlo.or` for booleans, 0 and `stablehlo.add` for integers,
-    -0.0 and `stablehlo.add` for floats: x + -0.0 == x, -0.0 included)."""
+    (`False` and `stablehlo.xor` for booleans, 0 and `stablehlo.add` for integers,
+    -0.0 and `stablehlo.add` for floats: x + -0.0 == x, -0.0 included). Each op
+    reads both operands whatever `x` is: `x | y` would fold to `x` where `x` is all
+    true, and two copies of it would be one buffer again."""
     from whilst.lowering._iree_ir import ir
 
     if _is_boolean(element):
-        return ir.BoolAttr.get(False), "stablehlo.or"
+        return ir.BoolAttr.get(False), "stablehlo.xor"
     if isinstance(element, ir.IntegerType):
         return ir.IntegerAttr.get(element, 0), "stablehlo.add"
     return ir.FloatAttr.get(element, -0.0), "stablehlo.add"

@@ -212,9 +212,9 @@ def _host_results_fenced_apart(loop, moving) -> None:
     forward While over chunks."""
     from whilst.lowering._iree_ir import ir
 
-    inside = set(ops_where(loop, lambda op: True))
-    apart = {}
-    for op in inside:
+    ops = ops_where(loop, lambda op: True)
+    inside, apart = set(ops), {}
+    for op in ops:
         for index, value in enumerate(op.operands):
             shared = value.owner
             if (getattr(shared, "name", None) != "stablehlo.optimization_barrier"
@@ -579,10 +579,10 @@ def _constants_inside(loop, block) -> None:
     (a captured value is one more buffer binding of the dispatch)."""
     from whilst.lowering._iree_ir import ir
 
-    inside = set(ops_where(loop, lambda op: True))
-    clones = {}
+    ops = ops_where(loop, lambda op: True)
+    inside, clones = set(ops), {}
     with ir.InsertionPoint.at_block_begin(block):
-        for op in inside:
+        for op in ops:
             for i, value in enumerate(op.operands):
                 owner = value.owner
                 if (isinstance(owner, ir.Operation) and owner.name == "stablehlo.constant"
