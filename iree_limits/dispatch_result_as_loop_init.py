@@ -11,7 +11,10 @@ A host loop that starts a carry from a copy of such a result and reads the
 result itself in its body fails the same way: `jax.grad` of an 8-step loop
 counted from `jnp.int32(0)` under the default policy, whose gradient While over
 chunks starts from and reads the step count of the forward While over chunks,
-moved. It runs with no copy, or with copies for both.
+moved. It runs with no copy, or with copies for both. Neither program fails
+any more, with copies or without (the second since before 2026-12-02; the first's
+gradient While now moves too), so the copies await a program that needs them or
+a check that none does (bench/NOTES.md).
 
     python iree_limits/dispatch_result_as_loop_init.py
 

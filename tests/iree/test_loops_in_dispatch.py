@@ -514,15 +514,16 @@ def test_a_loop_whose_dispatch_fails_to_compile_alone_goes_back_to_the_host(monk
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_host_loop_starting_from_a_dispatchs_results_runs():
+def test_a_gradient_under_a_budget_of_a_few_rows_runs_in_dispatches():
     """jax.grad of a loop under a budget of a few rows (64 bytes; 32 to 256 failed
-    alike): its forward While and its recomputing loop move into dispatches, its
-    gradient While (which writes slots) stays on the host with carries that start
-    from their results, from copies (`iree_limits/dispatch_result_as_loop_init.py`:
-    without them every call fails). The gradient is `jax.grad` of the loop
-    unrolled in Python, at 0 to 10 steps, on both CPU drivers."""
+    alike when its gradient While, which writes slots, stayed on the host with
+    carries that start from the results of its moved forward While:
+    `iree_limits/dispatch_result_as_loop_init.py`): every loop runs in a dispatch,
+    and the gradient is `jax.grad` of the loop unrolled in Python, at 0 to 10
+    steps, on both CPU drivers."""
     from iree_limits.dispatch_result_as_loop_init import f, unrolled
 
+    assert loop_costs(compile_to_stream(prepare([whilst.export(jax.grad(f), f32(1.0))]))) == []
     module = whilst.compile(jax.grad(f), f32(1.0))
     assert has_loops_in_dispatch(module.flags), module.stages[-1]
     for driver in ("local-sync", "local-task"):
@@ -530,6 +531,36 @@ def test_a_host_loop_starting_from_a_dispatchs_results_runs():
         for x in [11.0, 9.0, 1.0, 0.1, 1e-4]:
             np.testing.assert_allclose(run(f32(x)), jax.grad(unrolled)(f32(x)), rtol=1e-5)
 
+
+
+def sines_with_checkpoints(x, n, checkpoints):
+    """n steps of y <- sin(y) * 0.9 + 0.1 over 16 floats, `checkpoints` kept."""
+    return jnp.sum(whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, jnp.sin(y) * 0.9 + 0.1),
+                                     [0, x], checkpoints=checkpoints)[1])
+
+
+def sines_unrolled(x, n):
+    for _ in range(n):
+        x = jnp.sin(x) * 0.9 + 0.1
+    return jnp.sum(x)
+
+
+@pytest.mark.parametrize("checkpoints", [1, 4])
+def test_a_checkpointed_gradient_leaves_no_loop_for_the_host(checkpoints):
+    """The gradient While of a loop under `checkpoints=K` writes its slots as it
+    goes; it runs in a dispatch like the forward While (its checkpoint schedule's
+    sort reads a copy: `iree_limits/sort_of_shared_operand.py`). Gradients match
+    `jax.grad` of the loop unrolled in Python, on both CPU drivers."""
+    grad = jax.grad(lambda x, n: sines_with_checkpoints(x, n, checkpoints))
+    x = np.linspace(0.1, 0.9, 16).astype(f32)
+    text = prepare([whilst.export(grad, x, i32(3))])
+    assert loop_costs(compile_to_stream(text)) == []
+    module = whilst.compile(grad, x, i32(3))
+    for driver in ("local-sync", "local-task"):
+        run = module.load(driver)
+        for n in (0, 1, 3, 17):
+            np.testing.assert_allclose(run(x, i32(n)), jax.grad(sines_unrolled)(x, n),
+                                       rtol=1e-5, atol=1e-6)
 
 def nested_sines(x):
     """Three steps of y <- sin(y) + x, i + 1 times over, scaled by 0.9 each step."""

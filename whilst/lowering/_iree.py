@@ -67,6 +67,7 @@ from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
+from whilst.lowering._iree_sort_operands import sort_operands_copied
 from whilst.lowering._iree_unread_carries import unread_carries_read
 from whilst.lowering._iree_vm_branches import branch_refs_distinct
 from whilst.runtime.signature import REFLECTION_KEY, TARGETS_KEY, dumps
@@ -105,6 +106,7 @@ def prepare(exports, targets=None) -> str:
             constant_expressions_folded(module)
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
+            sort_operands_copied(module)
             unread_carries_read(module)
             results_after_loops(module)
             constant_results_copied(module)

@@ -67,8 +67,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     move so, except in gradient and linear Whiles other than a budget's gradient
     While over chunks (`_over_chunks`: its chunk's loops move). A forward loop
     counted by its trip count that writes rows (`_recomputes`: a budget chunk's
-    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. Gradient Whiles that
-    write slots (`_writes_slots`) stay on the host. A moved loop reads the results
+    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. A moved loop reads the results
     of loops left on the host through barriers of its own
     (`_host_results_fenced_apart`), and a host loop those of moved loops through
     copies (`_host_loop_inits_copied`).
@@ -84,7 +83,7 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     for number, loop, outer in sorted(loops, key=lambda each: len(each[2])):  # outermost first
         if (number not in on_host and not any(o == m for o in outer for _, m in moving)
                 and not any(_reverse(o) and not _over_chunks(o) for o in outer)
-                and not _writes_slots(loop) and _fits(loop) and _worth_it(loop)
+                and _fits(loop) and _worth_it(loop)
                 and not (_recomputes(loop)
                          and _kept_bytes(loop) > MAX_RECOMPUTED_KEPT_BYTES)):
             moving.append((number, loop))
@@ -187,17 +186,6 @@ def _fits(loop) -> bool:
                if k not in in_place]
     return (all(_elements(t) > 0 for t in carried)
             and sum(_elements(t) * _bytes(t.element_type) for t in carried) <= MAX_CARRIED_BYTES)
-
-
-def _writes_slots(loop) -> bool:
-    """Whether `loop` is a gradient or linear While that writes into tensors
-    (scatters, `dynamic_update_slice`s): a checkpointed gradient's, which stores
-    checkpoints in slots as it goes. Such loops stay on the host: one of the IREE
-    corpus's (`checkpoint_jvp_and_grad_of_grad`, a second derivative) computed a
-    wrong gradient in a dispatch, with or without its slot writes' updates kept
-    apart; why was not found. A stored gradient While only reads its rows."""
-    return _reverse(loop) and bool(ops_where(loop, lambda op: op.name in (
-        "stablehlo.scatter", "stablehlo.dynamic_update_slice")))
 
 
 def _host_results_fenced_apart(loop, moving) -> None:
