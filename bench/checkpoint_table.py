@@ -29,20 +29,23 @@ alternately with this in the same way):
 
 With `--iree`, whilst's gradient is also compiled by IREE for llvm-cpu and timed on
 local-sync (median of 5 calls; one module per K, n is an input). `--quick --iree` on
-2026-11-24, same machine, IREE ms and IREE / whilst's JAX time:
+2026-12-02 (jax 0.12), IREE ms and IREE / whilst's JAX time, before (gradient Whiles
+that write slots stepped from the host) and after (in a dispatch, as the forward
+While; runs alternated, one process each):
 
-       K      n   IREE ms  IREE/whilst
-      90    100      8.93        61.8x
-      90   1000    163.68       474.7x
-      16    100      8.94       107.5x
-      16   1000    119.17       337.4x
-       4    100     27.10       244.6x
-       4   1000    230.51       252.6x
+       K      n   before ms  before x   after ms  after x
+      90    100       7.66     28.6x       7.58    32.9x
+      90   1000     110.76    210.1x     112.10   270.0x
+      16    100       9.73     84.1x       0.12     1.2x
+      16   1000      88.32    184.3x       0.64     1.7x
+       4    100      15.10    197.5x       0.11     1.5x
+       4   1000     241.57    377.6x       0.60     1.3x
 
-IREE 3.13 runs the gradient While's `stablehlo.case`s from the host: its body (all
-branches counted) reads back 5 scalars and records 26 dispatches in 20 submissions
-with 32 transient allocations, 40-165 us per iteration (measured at 13 readbacks;
-reading the slots by gathers, 5, gained 2-7%).
+At K = 90 the gradient While's slots (90 x 16 floats, 5.6 KiB) are past what a loop
+may carry in a dispatch (`MAX_CARRIED_BYTES`), so it is stepped from the host, and
+IREE 3.13 runs its `stablehlo.case`s from the host: its body (all branches counted)
+reads back 5 scalars and records 26 dispatches in 20 submissions with 32 transient
+allocations, 40-165 us per iteration.
 
 Where n <= (K+1)(K+2)/2 both sit on the bound n - K (a forward that does not know n
 stores at most K of the n states the reversal needs), which cannot be beaten. With
