@@ -535,8 +535,9 @@ def test_a_gradient_under_a_budget_of_a_few_rows_runs_in_dispatches():
 
 def sines_with_checkpoints(x, n, checkpoints):
     """n steps of y <- sin(y) * 0.9 + 0.1 over 16 floats, `checkpoints` kept."""
-    return jnp.sum(whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, jnp.sin(y) * 0.9 + 0.1),
-                                     [0, x], checkpoints=checkpoints)[1])
+    step = lambda i, y: (i + 1, jnp.sin(y) * 0.9 + 0.1)
+    return jnp.sum(whilst.while_loop(lambda i, y: i < n, step, [0, x],
+                                     checkpoints=checkpoints)[1])
 
 
 def sines_unrolled(x, n):

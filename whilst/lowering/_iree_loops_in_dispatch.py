@@ -67,8 +67,8 @@ def loops_in_dispatch(module, on_host=frozenset()) -> int:
     move so, except in gradient and linear Whiles other than a budget's gradient
     While over chunks (`_over_chunks`: its chunk's loops move). A forward loop
     counted by its trip count that writes rows (`_recomputes`: a budget chunk's
-    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. A moved loop reads the results
-    of loops left on the host through barriers of its own
+    steps run again) moves within MAX_RECOMPUTED_KEPT_BYTES. A moved loop reads the
+    results of loops left on the host through barriers of its own
     (`_host_results_fenced_apart`), and a host loop those of moved loops through
     copies (`_host_loop_inits_copied`).
     The loops whose numbers (in walk order) are in `on_host` stay on the host; each

@@ -33,6 +33,7 @@ def sort_operands_copied(module) -> None:
 
 
 def _function_argument(value) -> bool:
+    """Whether `value` is an argument of a `func.func`."""
     from whilst.lowering._iree_ir import ir
 
     return (isinstance(value, ir.BlockArgument)
