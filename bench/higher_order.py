@@ -109,18 +109,31 @@ def timed(fn):
 
 def on_iree(loops, orders, x):
     """Rows `[loop, order, compile s, unrolled compile s, call, unrolled call, ratios]`
-    of each derivative compiled by whilst.compile and run on IREE local-sync."""
-    rows, results, calls, compile_s = [], [], {}, {}
+    of each derivative compiled by whilst.compile and run on IREE local-sync; a
+    derivative that does not compile gets a row that says why."""
+    rows, results, calls, compile_s, failed = [], [], {}, {}, {}
     for loop, order in [(loop, order) for loop in loops for order in orders]:
         for key, fn in zip([(loop, order), (loop, order, "unrolled")], LOOPS[loop]):
             f = derivative(fn, order)
-            module, compile_s[key] = timed(
-                lambda: whilst.compile(f, x, cache=False).load("local-sync"))
+            start = time.perf_counter()
+            try:
+                module = whilst.compile(f, x, cache=False).load("local-sync")
+            except whilst.CompileError as error:
+                lines = [line.strip() for line in str(error).splitlines()]
+                tried = [line for line in lines if line.startswith("with ")]  # each flag set's
+                failed[key] = (time.perf_counter() - start, (tried or lines)[-1][:100])
+                continue
+            compile_s[key] = time.perf_counter() - start
             np.testing.assert_allclose(np.asarray(module.main(x)), np.asarray(f(x)), rtol=1e-5)
             calls[key] = lambda module=module: module.main(x)
     timings = measure(calls, budget_s=0.5)
     for loop, order in [(loop, order) for loop in loops for order in orders]:
         key, base = (loop, order), (loop, order, "unrolled")
+        if key in failed or base in failed:
+            seconds, why = failed.get(key) or failed[base]
+            rows.append([loop, order, f"failed after {seconds:.0f} s: {why}", "", "", "", "", ""])
+            results.append(dict(loop=loop, order=order, failed=why, seconds=seconds))
+            continue
         call, base_call = timings[key].median, timings[base].median
         rows.append([loop, order, f"{compile_s[key]:.2f}", f"{compile_s[base]:.2f}",
                      fmt_time(call), fmt_time(base_call),
