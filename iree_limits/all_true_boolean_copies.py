@@ -22,17 +22,18 @@ import whilst
 import whilst.lowering._iree_loops as iree_loops
 
 
-def three_masks(n):
-    """For i < n: the first mask clears element i, the second copies its element i to
-    i + 1, the third sets element 7 - i to the second's element i."""
+def three_masks(n, fill=True):
+    """Three boolean masks that start equal (all `fill`); for i < n the first clears
+    element i, the second copies its element i to i + 1, the third sets element
+    7 - i to the second's element i."""
     def body(i, a, b, c):
         return (i + 1, a.at[i].set(False), b.at[i + 1].set(b[i]), c.at[7 - i].set(b[i]))
-    start = jnp.full(8, True)
+    start = jnp.full(8, fill)
     return whilst.while_loop(lambda i, *masks: i < n, body, [0, start, start, start])[1:]
 
 
-def numpy_three_masks(n):
-    a, b, c = (np.full(8, True) for _ in range(3))
+def numpy_three_masks(n, fill=True):
+    a, b, c = (np.full(8, fill) for _ in range(3))
     for i in range(n):
         a[i], c[7 - i] = False, b[i]
         if i + 1 < 8:

@@ -69,6 +69,18 @@ def unrolled(cond, body, loop_vars, maximum_iterations=None):
     return loop_vars
 
 
+def nested_sin_loop(x):
+    """Three steps of the outer loop of `nested_sin_oracle` (a = 1) as whilst loops,
+    each with a `maximum_iterations`."""
+    import whilst
+
+    def outer(i, x):
+        y = whilst.while_loop(lambda j, y: j < i + 1, lambda j, y: (j + 1, jnp.sin(y) + x),
+                              [0, x], maximum_iterations=5)[1]
+        return i + 1, y * 0.9
+    return whilst.while_loop(lambda i, x: i < 3, outer, [0, x], maximum_iterations=4)[1]
+
+
 def nested_sin_oracle(x, outer, a=1.0):
     """The nested loops of the nested-gradient tests, unrolled in plain Python: step
     i of the outer loop runs i + 1 inner steps `y = sin(y) * a + x`."""

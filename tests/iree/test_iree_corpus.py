@@ -18,7 +18,8 @@ from jax import lax
 
 import whilst
 from helpers import (
-    REPO, nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle, tanh_step, unrolled)
+    REPO, nested_sin_loop, nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle,
+    tanh_step, unrolled)
 
 pytestmark = [pytest.mark.iree, pytest.mark.slow]
 
@@ -315,14 +316,6 @@ def second_ref(x):
     return x
 
 
-def nested_grad(x):
-    def outer(i, x):
-        y = wl(lambda j, y: j < i + 1, lambda j, y: (j + 1, jnp.sin(y) + x), [0, x],
-               maximum_iterations=5)[1]
-        return i + 1, y * 0.9
-    return wl(lambda i, x: i < 3, outer, [0, x], maximum_iterations=4)[1]
-
-
 def nested_grad_ref(x):
     return nested_sin_oracle(x, 3)
 
@@ -405,8 +398,8 @@ GRAD = [
     Case("grad_of_grad", jax.grad(jax.grad(second)), (f32(0.8),), jax.grad(jax.grad(second_ref))),
     Case("jacfwd_of_grad", jax.jacfwd(jax.grad(second)), (f32(0.8),),
          jax.grad(jax.grad(second_ref))),
-    Case("grad_nested", jax.grad(nested_grad), (f32(0.6),), jax.grad(nested_grad_ref)),
-    Case("grad_of_grad_nested", jax.grad(jax.grad(nested_grad)), (f32(0.6),),
+    Case("grad_nested", jax.grad(nested_sin_loop), (f32(0.6),), jax.grad(nested_grad_ref)),
+    Case("grad_of_grad_nested", jax.grad(jax.grad(nested_sin_loop)), (f32(0.6),),
          jax.grad(jax.grad(nested_grad_ref))),
     Case("grad_body_takes_grad", jax.grad(inner_grad_loop(
         lambda c, b, v: wl(c, b, v, maximum_iterations=2), jax.grad(inner))), (f32(1.2),),

@@ -3,34 +3,15 @@
 that start from one value a single buffer (iree_limits/equal_barrier_copies.py), and
 folds a copy `init | x` of an all-true boolean back to the init
 (iree_limits/all_true_boolean_copies.py)."""
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import whilst
+from iree_limits.all_true_boolean_copies import numpy_three_masks, three_masks
 from whilst.lowering import flag_sets, prepare, source_for
 from whilst.lowering._ir_walk import ops_where
 
 pytestmark = pytest.mark.iree
-
-
-def three_masks(n, fill):
-    """Three boolean masks that start equal (all `fill`); for i < n the first clears
-    element i, the second copies its element i to i + 1, the third sets element
-    7 - i to the second's element i."""
-    def body(i, a, b, c):
-        return (i + 1, a.at[i].set(False), b.at[i + 1].set(b[i]), c.at[7 - i].set(b[i]))
-    start = jnp.full(8, fill)
-    return whilst.while_loop(lambda i, *masks: i < n, body, [0, start, start, start])[1:]
-
-
-def python_three_masks(n, fill):
-    a, b, c = np.full(8, fill), np.full(8, fill), np.full(8, fill)
-    for i in range(n):
-        a[i], c[7 - i] = False, b[i]
-        if i + 1 < 8:
-            b[i + 1] = b[i]
-    return a, b, c
 
 
 def flow_loop_inits(text, element_type):
@@ -63,5 +44,5 @@ def test_equal_boolean_carries_match_python(fill):
     module = whilst.compile(lambda n: three_masks(n, fill), np.int32(0),
                             loops_in_dispatch=False).load()
     for n in (0, 3, 7):
-        for got, want in zip(module(np.int32(n)), python_three_masks(n, fill)):
+        for got, want in zip(module(np.int32(n)), numpy_three_masks(n, fill)):
             np.testing.assert_array_equal(got, want)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
+from helpers import nested_sin_loop, unrolled
 from whilst.lowering import (
     compile_to_stream, flag_sets, has_loops_in_dispatch, loop_costs, prepare, source_for)
 
@@ -533,17 +534,18 @@ def test_a_gradient_under_a_budget_of_a_few_rows_runs_in_dispatches():
 
 
 
+def sine_step(i, y):
+    return i + 1, jnp.sin(y) * 0.9 + 0.1
+
+
 def sines_with_checkpoints(x, n, checkpoints):
-    """n steps of y <- sin(y) * 0.9 + 0.1 over 16 floats, `checkpoints` kept."""
-    step = lambda i, y: (i + 1, jnp.sin(y) * 0.9 + 0.1)
-    return jnp.sum(whilst.while_loop(lambda i, y: i < n, step, [0, x],
+    """sum(y) after n steps of y <- sin(y) * 0.9 + 0.1, `checkpoints` kept."""
+    return jnp.sum(whilst.while_loop(lambda i, y: i < n, sine_step, [0, x],
                                      checkpoints=checkpoints)[1])
 
 
 def sines_unrolled(x, n):
-    for _ in range(n):
-        x = jnp.sin(x) * 0.9 + 0.1
-    return jnp.sum(x)
+    return jnp.sum(unrolled(lambda i, y: i < n, sine_step, [0, x])[1])
 
 
 @pytest.mark.parametrize("checkpoints", [1, 4])
@@ -563,20 +565,11 @@ def test_a_checkpointed_gradient_leaves_no_loop_for_the_host(checkpoints):
             np.testing.assert_allclose(run(x, i32(n)), jax.grad(sines_unrolled)(x, n),
                                        rtol=1e-5, atol=1e-6)
 
-def nested_sines(x):
-    """Three steps of y <- sin(y) + x, i + 1 times over, scaled by 0.9 each step."""
-    def outer(i, x):
-        y = whilst.while_loop(lambda j, y: j < i + 1, lambda j, y: (j + 1, jnp.sin(y) + x),
-                              [0, x], maximum_iterations=5)[1]
-        return i + 1, y * 0.9
-    return whilst.while_loop(lambda i, x: i < 3, outer, [0, x], maximum_iterations=4)[1]
-
-
 def test_the_text_of_loops_in_dispatches_is_one_from_call_to_call():
     """The second derivative of a nested loop: the barriers and constant copies that
     moving its loops makes come in the order of the module's ops, not of a set's
     (whose order follows the ops' addresses), so each call gives one text."""
-    text = prepare([whilst.export(jax.grad(jax.grad(nested_sines)), f32(0.6))])
+    text = prepare([whilst.export(jax.grad(jax.grad(nested_sin_loop)), f32(0.6))])
     flags = flag_sets(["llvm-cpu"])[0]
     assert has_loops_in_dispatch(flags)
     texts = {source_for(text, flags) for _ in range(6)}
