@@ -2,9 +2,9 @@
 chunk (`whilst/ir/reverse/_budget.py`: the chunk loops push their rows into stacks of
 their own, nested in the forward While and in the gradient While) compile but fail on
 every call past the first chunk, "INVALID_ARGUMENT; ref is null; while invoking native
-function hal.buffer.subspan". Compiled here as whilst compiled them before it fenced
-their checkpoint slot writes: with the default fusion, its fallback then (aggressive
-fusion failed, `rereading_scatter.mlir`; it compiles them now):
+function hal.buffer.subspan". Compiled here with the default fusion, whilst's fallback
+when aggressive fusion fails (as it did on these modules, `rereading_scatter.mlir`,
+before their scatters lost the `unique_indices` flag; it compiles them now):
 
 - `tensor.empty` as the initial stacks of the chunk loops: canonicalize and CSE merge
   them with the equal `tensor.empty` the forward While's stacks start from, outside
@@ -108,12 +108,10 @@ def gradient(*patches):
 
 
 KEEP_FENCES = (iree_prep, "unfenced", lambda text: text)
-# The module as whilst compiled it before its slot writes were fenced: with the
-# default fusion, its fallback then (aggressive fusion failed, `rereading_scatter.mlir`).
-# With those fences kept, the first form (third line below) runs right.
+# The module compiled with the default fusion (`flag_sets` without its in-dispatch and
+# aggressive sets), whilst's fallback when aggressive fusion fails.
 BEFORE = [(iree_prep, "flag_sets", lambda *args, flag_sets=iree_prep.flag_sets, **kwargs:
-           flag_sets(*args, **kwargs)[1:]),
-          (fusion, "fenced_rereading_updates", lambda module: None)]
+           flag_sets(*args, **kwargs)[2:])]
 
 if __name__ == "__main__":
     want = float(jax.grad(python_loss, 1)(Y0, A))

@@ -7,10 +7,11 @@
 // With the default fusion it compiles. A budget gradient's module (the forward and the
 // gradient While over chunks each write a slot so) failed this way, and whilst compiled
 // it with the default fusion: 52 and 106 dispatches per iteration of the chunk loops
-// against 10 and 55 (bench/NOTES.md, issue 41). An optimization barrier on the update
-// (`%fenced = stablehlo.optimization_barrier %upd` passed to the scatter) compiles with
-// aggressive fusion; whilst fences such updates (`fenced_rereading_updates`,
-// whilst/lowering/_iree_fusion.py).
+// against 10 and 55 (bench/NOTES.md, issue 41). With `unique_indices = false` it
+// compiles (unique_scatter_into_a_row.mlir); whilst clears the flag of scatters at one
+// index (`one_index_scatters_not_unique`, whilst/lowering/_iree_one_index_scatters.py).
+// It fenced such updates before (an optimization barrier on `%upd`), which also
+// compiles, but a barrier in a loop body is a host wait (barrier_in_loop_body.mlir).
 // iree-compile rereading_scatter.mlir --iree-input-type=stablehlo \
 //   --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu \
 //   --iree-dispatch-creation-enable-aggressive-fusion=true

@@ -3,11 +3,12 @@
 //   'linalg.generic' op write affecting operations on global resources are restricted
 //   to workgroup distributed contexts.
 // The dispatch copies the row into a stack buffer and back outside the distributed
-// loop. The third derivative of a loop without a bound (bench/higher_order.py, the
-// float-counted cos loop), whose gradient zeroes one element of a cotangent row it
-// still reads, failed so with the default fusion. The same scatter with
-// `unique_indices = false` compiles, as does rereading_scatter.mlir's; whilst clears
-// the flag on every scatter at one index, where it says nothing
+// loop. `jax.jit(lambda a, i: a[1].at[i].set(0.0))` exports this scatter, and the
+// third derivative of a loop without a bound (bench/higher_order.py, the float-counted
+// cos loop), whose gradient zeroes one element of a cotangent row it still reads,
+// failed so with the default fusion. The same scatter with `unique_indices = false`
+// compiles, as does rereading_scatter.mlir's; whilst clears the flag on scatters at
+// one index that do not update their operand in place, where it says nothing
 // (`one_index_scatters_not_unique`, whilst/lowering/_iree_one_index_scatters.py).
 // iree-compile unique_scatter_into_a_row.mlir --iree-input-type=stablehlo \
 //   --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu

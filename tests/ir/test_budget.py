@@ -313,7 +313,7 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
     step and one submission per iteration). The forward While's chunk loop, which
     keeps none, costs no more per iteration than the stored path's. The module
     compiles with aggressive fusion, as the stored path's does (its checkpoint slot
-    writes fenced, `iree_limits/rereading_scatter.mlir`; with the default fusion the
+    writes unflagged, `iree_limits/rereading_scatter.mlir`; with the default fusion the
     chunk loops ran 52 and 106 dispatches per iteration against 10 and 55), and its
     gradient, 1000 steps in chunks of 240, equals the chain rule's in numpy."""
     def exported(**options):
@@ -348,8 +348,8 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
 def test_tiny_budgets_and_chunks_on_iree(memory, bound, literal_n):
     """Budgets of 64 bytes to 8 KiB compile and run on IREE, with a bound and without;
     against jax.grad of the unrolled loop. With a literal trip count: a module that
-    IREE 3.13 compiled with default fusion only before its slot writes were fenced
-    (`iree_limits/rereading_scatter.mlir`), and whose every call past the first chunk
+    IREE 3.13 compiled with default fusion only while its slot writes were flagged
+    `unique_indices` (`iree_limits/rereading_scatter.mlir`), and whose every call past the first chunk
     failed so ("ref is null") while gathers from a `stablehlo.case`'s results were
     fenced (`iree_limits/budget_chunk_stacks.py`); it now compiles with aggressive
     fusion, those gathers fenced."""

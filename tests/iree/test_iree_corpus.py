@@ -525,7 +525,7 @@ GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 # dominate this use"; iree_limits/reproduce.py aggressive_fusion_dominance):
 # whilst.compile falls back to the default fusion for them. They are compiled in
 # modules of their own, so the others run with aggressive fusion (budget_grad_unbounded
-# and budget_switch among them since their checkpoint slot writes are fenced,
+# and budget_switch among them since their checkpoint slot writes are unflagged,
 # iree_limits/rereading_scatter.mlir; checkpoint_jvp_and_grad_of_grad, which failed
 # with "failed to solve for timepoint coverage", compiles with it too since then). Of
 # these, five compile with it since the picks of their last steps are select chains

@@ -136,9 +136,10 @@ def staged_numpy(x):
     return i, y
 
 
-def test_a_row_written_into_a_constant_buffer_is_not_fenced():
-    """The gather of a constant broadcast folds: IREE compiles the scatter that
-    rereads it with aggressive fusion, unfenced (`fenced_rereading_updates`)."""
+def test_a_row_write_that_rereads_its_buffer_is_not_fenced():
+    """IREE compiles a scatter that rereads its operand with aggressive fusion once
+    it is not flagged `unique_indices` (`iree_limits/rereading_scatter.mlir`), so
+    nothing fences it: no host wait in the loop body."""
     text = prepare([whilst.export(staged, WIDE)])
     assert "stablehlo.scatter" in text
     assert FENCE_ATTR not in text

@@ -1,11 +1,13 @@
-"""Scatters at one index lose their `unique_indices` flag
-(whilst/lowering/_iree_one_index_scatters.py): iree_limits/unique_scatter_into_a_row.mlir
-and rereading_scatter.mlir fail iree-compile as written, and compile and match numpy
-unflagged; scatters at several indices keep the flag."""
+"""Scatters at one index that do not update their operand in place lose their
+`unique_indices` flag (whilst/lowering/_iree_one_index_scatters.py):
+iree_limits/unique_scatter_into_a_row.mlir and rereading_scatter.mlir fail iree-compile
+as written, and compile and match numpy unflagged, as does JAX's own `a[1].at[i].set`
+through whilst.compile; scatters in place and at several indices keep the flag."""
 import numpy as np
 import pytest
 from iree.compiler.tools import CompilerToolError
 
+import whilst
 from helpers import REPO
 from whilst.lowering import compile_flags
 from whilst.lowering._iree import _iree_compile
@@ -77,6 +79,23 @@ def test_a_rereading_scatter_fails_with_aggressive_fusion_and_unflagged_matches_
         np.testing.assert_array_equal(run(slots, x, np.int32(k), np.bool_(save)), want)
 
 
-def test_a_scatter_at_two_indices_keeps_its_flag():
-    text, changed = unflagged(TWO_INDICES)
+IN_PLACE = TWO_INDICES.replace("2x1xi32", "1x1xi32").replace("tensor<2xf32>", "tensor<1xf32>")
+
+
+@pytest.mark.parametrize("text", [TWO_INDICES, IN_PLACE], ids=["two indices", "in place"])
+def test_scatters_at_two_indices_or_in_place_keep_their_flag(text):
+    text, changed = unflagged(text)
     assert changed == 0 and "unique_indices = true" in text
+
+
+def test_jax_scatter_into_a_row_of_an_argument_compiles_and_matches_numpy():
+    """JAX flags the scatter of `.at[i].set` at one traced index unique."""
+    def zero_one(a, i):
+        return a[1].at[i].set(0.0)
+
+    a = np.arange(64, dtype=np.float32).reshape(2, 32)
+    module = whilst.compile(zero_one, a, np.int32(0)).load("local-sync")
+    for i in (0, 13, 31):
+        want = a[1].copy()
+        want[i] = 0.0
+        np.testing.assert_array_equal(module(a, np.int32(i)), want)

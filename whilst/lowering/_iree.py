@@ -572,7 +572,7 @@ def compile_to_stream(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=Non
     """The module after IREE's stream phase (`--compile-to=stream`) with the first
     of `flag_sets` that iree-compile takes up to that phase, as text. `compile_module`
     may still fall back from that flag set on a failure past the stream phase (llvm-cpu
-    codegen, as a budget gradient's did before `fenced_rereading_updates`): a compiled
+    codegen, `iree_limits/reproduce.py aggressive_fusion_dominance`): a compiled
     module's stages say whether it did (`FALLBACK_NOTE`, `whilst/_compile.py`)."""
     from iree.compiler import tools
 

@@ -41,19 +41,6 @@ barrier, which keeps the gather out of its users' dispatches::
 
     gather(x, [i, j])  ==  optimization_barrier(gather(x, [i, j]))
 
-A `stablehlo.scatter` whose updates are computed from a gather of its own operand
-(`buf[k] = where(save, x, buf[k])`, a checkpoint slot's write) fuses into one
-dispatch that reads the buffer it writes in place, and llvm-cpu codegen fails on
-it under aggressive fusion (`iree_limits/rereading_scatter.mlir`).
-`fenced_rereading_updates` passes such updates through an optimization barrier::
-
-    scatter(buf, k, where(save, x, buf[k]))
-      == scatter(buf, k, optimization_barrier(where(save, x, buf[k])))
-
-unless `buf` is a constant broadcast (a stage buffer of diffrax's that starts from
-zeros, written before its loop), which IREE folds the gather of: such a scatter
-compiles unfenced, and a fence in a loop body ends the iteration's command buffer.
-
 Only aggressive fusion needs the fences, and with the default fusion a fence
 on a gather from a `stablehlo.case`'s result makes modules that fail on every
 call ("ref is null ... hal.buffer.subspan": the gradients of diffrax's Tsit5
@@ -81,7 +68,6 @@ def fusible_small_tensor_code(module) -> None:
     broadcast_select_predicates(module)
     small_stacks_as_selects(module)
     fenced_point_gathers(module)
-    fenced_rereading_updates(module)
 
 
 def broadcast_select_predicates(module) -> None:
@@ -122,19 +108,6 @@ def fenced_point_gathers(module) -> None:
             user.operands[position] = fenced
 
 
-def fenced_rereading_updates(module) -> None:
-    """Pass the updates of every scatter of `module` that rereads its operand
-    (`_rereading_scatter`) through a `stablehlo.optimization_barrier`, in place. A
-    budget gradient's module fell back to the default fusion without them, which
-    runs its chunk loops with several times the stored path's dispatches per
-    iteration (bench/NOTES.md, issue 41)."""
-    from whilst.lowering._iree_ir import ir
-
-    for op in ops_where(module, _rereading_scatter):
-        op.operands[SCATTER_UPDATES] = _fence(op.operands[SCATTER_UPDATES],
-                                              ir.InsertionPoint(op), op.location)
-
-
 def _fence(value, insertion_point, location):
     """`optimization_barrier(value)`, tagged FENCE_ATTR, made at `insertion_point`."""
     from whilst.lowering._iree_ir import ir
@@ -144,51 +117,6 @@ def _fence(value, insertion_point, location):
                                     results=[value.type], operands=[value])
     fence.attributes[FENCE_ATTR] = ir.UnitAttr.get()
     return fence.result
-
-
-SCATTER_UPDATES = 2  # the operand position of a one-operand scatter's updates
-# The ops between a gather and the scatter updates it feeds that `_rereading_scatter`
-# follows: those of `jnp.where(when, x, buf[k])` in a row update.
-_ROW_OPS = ("stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.select",
-            "stablehlo.convert")
-_MOST_ROW_OPS = 16  # how many of them `_rereading_scatter` looks at, at most
-
-
-# Scatters in loops nested deeper are left unfenced: with the fence, aggressive fusion
-# made the reverse over reverse of a budget loop (its chunk loops nested in loop bodies)
-# a module that fails at run time ("indirect buffer reference slot 0 is out range",
-# tests/iree/test_iree.py::test_second_derivatives_of_a_loop_without_bound_run); without
-# it that module falls back to the default fusion and runs.
-_MOST_ENCLOSING_WHILES = 1
-
-
-def _rereading_scatter(op) -> bool:
-    """Whether `op` is a one-operand `stablehlo.scatter`, in at most
-    _MOST_ENCLOSING_WHILES loops, of an operand that is not a constant broadcast,
-    whose updates are computed, through `_ROW_OPS`, from a `stablehlo.gather` of
-    the scatter's operand."""
-    if (op.name != "stablehlo.scatter" or len(op.operands) != 3
-            or _enclosing_whiles(op) > _MOST_ENCLOSING_WHILES
-            or _constant_broadcast(op.operands[0])):
-        return False
-    target, pending, seen = op.operands[0], [op.operands[SCATTER_UPDATES]], 0
-    while pending and seen < _MOST_ROW_OPS:
-        producer = pending.pop().owner
-        seen += 1
-        name = getattr(producer, "name", None)
-        if name == "stablehlo.gather" and producer.operands[0] == target:
-            return True
-        if name in _ROW_OPS:
-            pending.extend(producer.operands)
-    return False
-
-
-def _constant_broadcast(value) -> bool:
-    """Whether `value` is a `stablehlo.constant`, or broadcasts one."""
-    owner = value.owner
-    while getattr(owner, "name", None) == "stablehlo.broadcast_in_dim":
-        owner = owner.operands[0].owner
-    return getattr(owner, "name", None) == "stablehlo.constant"
 
 
 def _enclosing_whiles(op) -> int:
