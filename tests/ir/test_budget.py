@@ -349,10 +349,10 @@ def test_tiny_budgets_and_chunks_on_iree(memory, bound, literal_n):
     """Budgets of 64 bytes to 8 KiB compile and run on IREE, with a bound and without;
     against jax.grad of the unrolled loop. With a literal trip count: a module that
     IREE 3.13 compiled with default fusion only while its slot writes were flagged
-    `unique_indices` (`iree_limits/rereading_scatter.mlir`), and whose every call past the first chunk
-    failed so ("ref is null") while gathers from a `stablehlo.case`'s results were
-    fenced (`iree_limits/budget_chunk_stacks.py`); it now compiles with aggressive
-    fusion, those gathers fenced."""
+    `unique_indices` (`iree_limits/rereading_scatter.mlir`), and whose every call past
+    the first chunk failed so ("ref is null") while gathers from a `stablehlo.case`'s
+    results were fenced (`iree_limits/budget_chunk_stacks.py`); it now compiles with
+    aggressive fusion, those gathers fenced."""
     if literal_n is None:
         grad = jax.grad(functools.partial(sin_loss, bound=bound, gradient_memory=memory),
                         (0, 1))
