@@ -358,14 +358,14 @@ def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
 
 
 def test_rows_past_the_state_bound_are_written_in_place_in_the_dispatch():
-    """A loop of 2 floats writing a row per step into a stack of 1000 rows (8 KB,
+    """A loop of 2 floats writing a row per step into a stack of 2000 rows (16 KB,
     past MAX_CARRIED_BYTES as state) at `i + 2`, and 3 rows per step into another at
     `3 i`, clamped into bounds as `dynamic_update_slice` clamps: it runs in a
     dispatch, its rows written in place, and gives numpy's results for stops before,
     at and past the stacks' ends."""
     from whilst.lowering._iree_loops_in_dispatch import MAX_CARRIED_BYTES
 
-    rows = 1000
+    rows = 2000
 
     def record(x, n):
         def body(c):
@@ -440,13 +440,18 @@ def test_rows_of_unsigned_integers_and_booleans_are_written_in_place():
 def test_a_stack_the_loop_reads_stays_state():
     """A stack the body reads (its last row) is state, not rows written in place: past
     MAX_CARRIED_BYTES its loop stays on the host."""
+    from whilst.lowering._iree_loops_in_dispatch import MAX_CARRIED_BYTES
+
+    rows = 2000
+    assert rows * 2 * 4 > MAX_CARRIED_BYTES
+
     def running(x, n):
         def body(c):
             i, stack = c
             row = jax.lax.dynamic_slice(stack, (jnp.maximum(i - 1, 0), 0), (1, 2))[0]
             return i + 1, jax.lax.dynamic_update_slice(stack, (row * 0.5 + 1.0)[None], (i, 0))
         return jax.lax.while_loop(lambda c: c[0] < n, body,
-                                  (1, jnp.zeros((1000, 2), f32).at[0].set(x)))[1]
+                                  (1, jnp.zeros((rows, 2), f32).at[0].set(x)))[1]
 
     assert in_dispatch_form(running, np.ones(2, f32), i32(4)) is None
 
@@ -548,22 +553,23 @@ def sines_unrolled(x, n):
     return jnp.sum(unrolled(lambda i, y: i < n, sine_step, [0, x])[1])
 
 
-@pytest.mark.parametrize("checkpoints", [1, 4])
+@pytest.mark.parametrize("checkpoints", [1, 4, 90])
 def test_a_checkpointed_gradient_leaves_no_loop_for_the_host(checkpoints):
     """The gradient While of a loop under `checkpoints=K` writes its slots as it
     goes; it runs in a dispatch like the forward While (its checkpoint schedule's
-    sort reads a copy: `iree_limits/sort_of_shared_operand.py`). Gradients match
-    `jax.grad` of the loop unrolled in Python, on both CPU drivers."""
+    sort reads a copy: `iree_limits/sort_of_shared_operand.py`), also with 90 slots
+    of 16 floats (5.6 KiB, within MAX_CARRIED_BYTES). Gradients match `jax.grad` of
+    the loop unrolled in Python, on both CPU drivers."""
     grad = jax.grad(lambda x, n: sines_with_checkpoints(x, n, checkpoints))
     x = np.linspace(0.1, 0.9, 16).astype(f32)
     text = prepare([whilst.export(grad, x, i32(3))])
     assert loop_costs(compile_to_stream(text)) == []
     module = whilst.compile(grad, x, i32(3))
+    wants = {n: jax.grad(sines_unrolled)(x, n) for n in (0, 1, 3, 17, 130)}
     for driver in ("local-sync", "local-task"):
         run = module.load(driver)
-        for n in (0, 1, 3, 17):
-            np.testing.assert_allclose(run(x, i32(n)), jax.grad(sines_unrolled)(x, n),
-                                       rtol=1e-5, atol=1e-6)
+        for n, want in wants.items():
+            np.testing.assert_allclose(run(x, i32(n)), want, rtol=1e-5, atol=1e-6)
 
 def test_the_text_of_loops_in_dispatches_is_one_from_call_to_call():
     """The second derivative of a nested loop: the barriers and constant copies that

@@ -46,9 +46,10 @@ from whilst.lowering._iree_rows_in_dispatch import (
 # modules with such loops run their other dispatches on one thread of local-task too.
 DISABLE_DISTRIBUTION = "--iree-llvmcpu-disable-distribution"
 
-# Loop state at most this many bytes: a solver's, not a residual stack (whose rows
-# a loop in a dispatch would keep in the kernel's stack memory, 32 KiB on llvm-cpu).
-MAX_CARRIED_BYTES = 4096
+# Loop state at most this many bytes: a solver's, or a checkpointed gradient's slots
+# (`checkpoints=90` copies of 16 floats, 5.6 KiB), not a residual stack (whose rows a
+# loop in a dispatch would keep in the kernel's stack memory, 32 KiB on llvm-cpu).
+MAX_CARRIED_BYTES = 8192
 
 # Ops that cannot run inside a kernel (host and device communication, library
 # calls) or whose lowering IREE does not support there.
