@@ -3,12 +3,13 @@ them unfolded (diffrax's `nextafter`s of its times): whilst/lowering/_iree_folde
 import jax
 import jax.numpy as jnp
 import numpy as np
+import iree.runtime as rt
 import pytest
 from jax import lax
 
 import whilst
 from helpers import op_names
-from whilst.lowering import compile_flags, prepare
+from whilst.lowering import compile_flags, compile_to_stream, prepare
 
 pytestmark = pytest.mark.iree
 
@@ -72,6 +73,106 @@ def test_what_is_not_exact_or_small_or_hidden_stays_as_written():
                  "stablehlo.iota"):
         assert prepared.count(kept) >= written.count(kept) >= 1, kept
     assert "stablehlo.multiply" in prepared  # the wide product, and 2.7 * 1.5 before the convert
+    got = whilst.compile(program, x, cache=False).load("local-sync").main(x)
+    for g, w in zip(got, jax.jit(program)(x)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+TIMES = np.linspace(0.0, 10.0, 21, dtype=np.float32)
+
+
+def checked_times(y):
+    """equinox's check of diffrax's save times under `EQX_ON_ERROR=nan`, on constants:
+    the times (NaNs if one lay outside [0, 10]) scaling y."""
+    ts = jnp.asarray(TIMES)
+    bad = jnp.any((ts < 0.0) | (ts > 10.0))
+    ts = lax.cond(bad, lambda: jnp.full_like(ts, jnp.nan), lambda: ts)
+    return ts[:, None] * y
+
+
+def test_a_check_of_constants_is_decided_before_iree_compiles():
+    """The reduction and the branch it chooses fold away: nothing is read back."""
+    y = np.array([1.0, -2.0], np.float32)
+    exported = whilst.export(checked_times, y)
+    assert {"stablehlo.case", "stablehlo.reduce"} <= set(op_names(exported.text))
+    text = prepare([exported])
+    assert not {"stablehlo.case", "stablehlo.reduce"} & set(op_names(text))
+    assert "stream.resource.load" not in op_names(compile_to_stream(text))
+    got = whilst.compile(checked_times, y, cache=False).load("local-sync").main(y)
+    np.testing.assert_array_equal(got, TIMES[:, None] * y)
+
+
+BRANCHES_ON_LITERALS = """
+func.func @main(%x: tensor<f32>) -> (tensor<f32>, tensor<f32>, tensor<f32>) {
+  %seven = stablehlo.constant dense<7> : tensor<i32>
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %no = stablehlo.constant dense<false> : tensor<i1>
+  %0 = "stablehlo.case"(%seven) ({
+    %a = stablehlo.add %x, %x : tensor<f32>
+    stablehlo.return %a : tensor<f32>
+  }, {
+    %b = stablehlo.multiply %x, %x : tensor<f32>
+    stablehlo.return %b : tensor<f32>
+  }) : (tensor<i32>) -> tensor<f32>
+  %1 = "stablehlo.case"(%zero) ({
+    %c = stablehlo.subtract %x, %x : tensor<f32>
+    %d = "stablehlo.case"(%seven) ({
+      stablehlo.return %x : tensor<f32>
+    }, {
+      %e = stablehlo.exponential %c : tensor<f32>
+      stablehlo.return %e : tensor<f32>
+    }) : (tensor<i32>) -> tensor<f32>
+    stablehlo.return %d : tensor<f32>
+  }, {
+    stablehlo.return %x : tensor<f32>
+  }) : (tensor<i32>) -> tensor<f32>
+  %2 = "stablehlo.if"(%no) ({
+    stablehlo.return %x : tensor<f32>
+  }, {
+    %f = stablehlo.negate %x : tensor<f32>
+    stablehlo.return %f : tensor<f32>
+  }) : (tensor<i1>) -> tensor<f32>
+  return %0, %1, %2 : tensor<f32>, tensor<f32>, tensor<f32>
+}
+"""
+
+
+def test_branches_on_literals_take_the_branch_iree_runs():
+    """A case's index out of range takes the last branch; a case nested in the taken
+    branch is taken too. The folded module computes what IREE computes of the one
+    written (x * x, exp(x - x), -x)."""
+    from iree.compiler import tools
+    from whilst.lowering._iree_folded_constants import constant_expressions_folded
+    from whilst.lowering._iree_ir import ir
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(BRANCHES_ON_LITERALS)
+        constant_expressions_folded(module)
+        folded = module.operation.get_asm()
+    names = op_names(folded)
+    assert not {"stablehlo.case", "stablehlo.if", "stablehlo.add"} & set(names)
+    assert {"stablehlo.multiply", "stablehlo.exponential", "stablehlo.negate"} <= set(names)
+    x = np.float32(1.5)
+    results = []
+    for text in (BRANCHES_ON_LITERALS, folded):
+        vmfb = tools.compile_str(text, extra_args=compile_flags(["llvm-cpu"]))
+        results.append([np.asarray(r) for r in
+                        rt.load_vm_flatbuffer(vmfb, driver="local-sync").main(x)])
+    np.testing.assert_array_equal(results[0], [x * x, 1.0, -x])
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+def test_reductions_fold_where_their_order_cannot_change_them():
+    """A max of floats and a sum of integers fold; a sum of floats (whose value
+    depends on the order of its additions) stays as written."""
+    def program(x):
+        floats = jnp.asarray(np.linspace(0.1, 0.9, 9, dtype=np.float32))
+        integers = jnp.asarray(np.arange(9, dtype=np.int32))
+        return x + jnp.max(floats), x + jnp.sum(integers), x + jnp.sum(floats)
+
+    x = np.float32(1.0)
+    prepared = op_names(prepare([whilst.export(program, x)]))
+    assert prepared.count("stablehlo.reduce") == 1
     got = whilst.compile(program, x, cache=False).load("local-sync").main(x)
     for g, w in zip(got, jax.jit(program)(x)):
         np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -21,6 +21,18 @@ only results of at most FOLDED_ELEMENTS elements (scalars and short vectors, not
 broadcasts that would grow the module). A broadcast or reshape of a folded value
 stays as written, reading the folded constant (`_unbroadcast`). Ops whose value is
 hidden on purpose (`optimization_barrier`) and ops whilst tags stay as they are.
+Reductions fold where their combiner is exact in any order (`EXACT_REDUCERS`).
+
+A branch whose index folds to a literal is then replaced by the branch it takes, and
+what that branch computes is folded in turn::
+
+    y = case(constant k, b_0, ..., b_n)   # lax.cond / lax.switch; stablehlo.if alike
+    ==
+    y = b_min(k, n)()                     # an index out of range takes the last branch
+
+equinox's checks under `EQX_ON_ERROR=nan` are such branches: diffrax's SaveAt times
+are checked by `lax.cond(any(ts < t0), nan, ts)` on constants. Left to IREE, each
+check is a host readback and a command buffer of its own on every call.
 """
 from __future__ import annotations
 
@@ -43,12 +55,69 @@ FOLDED_OPS = frozenset({
     "stablehlo.shift_right_arithmetic", "stablehlo.compare", "stablehlo.select",
     "stablehlo.bitcast_convert", "stablehlo.convert", "stablehlo.broadcast_in_dim",
     "stablehlo.reshape", "stablehlo.slice", "stablehlo.concatenate", "stablehlo.transpose",
+    "stablehlo.reduce",
 })
+
+# Reductions of constants of at most this many elements are folded (StableHLO's
+# interpreter takes microseconds per element).
+REDUCED_ELEMENTS = 1024
+
+# A `stablehlo.reduce` folds where its body is one of these combiners, by element type:
+# exact whatever order IREE combines the elements in.
+EXACT_REDUCERS = {
+    "integer": frozenset({"stablehlo.add", "stablehlo.and", "stablehlo.or", "stablehlo.xor",
+                          "stablehlo.maximum", "stablehlo.minimum"}),
+    "float": frozenset({"stablehlo.maximum", "stablehlo.minimum"}),
+}
+
+_BRANCH_OPS = ("stablehlo.case", "stablehlo.if")
 
 
 def constant_expressions_folded(module) -> int:
     """Fold, in place, each op of `module` that `_folds` (module docstring) whose
-    result an op that does not fold reads; returns how many values became constants."""
+    result an op that does not fold reads, and take each branch whose index becomes
+    a literal, until none is left; returns how many values became constants."""
+    folded = _folded_once(module)
+    while _literal_branches_taken(module):
+        folded += _folded_once(module)
+    return folded
+
+
+def _literal_branches_taken(module) -> int:
+    """Replace each `stablehlo.case` / `stablehlo.if` whose index is a literal by the
+    ops of the branch it takes (module docstring); returns how many. Branches are
+    visited innermost first (post-order), so none is visited after an enclosing
+    branch erased it."""
+    taken = 0
+    for op in ops_where(module, lambda op: op.name in _BRANCH_OPS):
+        index = _literal_index(op.operands[0])
+        if index is None:
+            continue
+        if op.name == "stablehlo.if":
+            region = op.regions[0 if index else 1]
+        else:
+            region = op.regions[index if 0 <= index < len(op.regions) else -1]
+        *ops, returned = region.blocks[0].operations
+        for inner in ops:
+            inner.move_before(op)
+        for result, value in zip(op.results, returned.operands):
+            result.replace_all_uses_with(value)
+        op.erase()
+        taken += 1
+    return taken
+
+
+def _literal_index(value) -> int | None:
+    """The integer (or boolean) a scalar `stablehlo.constant` holds, else None."""
+    from whilst.lowering._iree_ir import ir
+
+    if isinstance(value, ir.BlockArgument) or value.owner.name != "stablehlo.constant":
+        return None
+    return int(ir.DenseIntElementsAttr(value.owner.attributes["value"])[0])
+
+
+def _folded_once(module) -> int:
+    """One pass of `constant_expressions_folded`'s folding, without its branches."""
     from whilst.lowering._iree_ir import ir
 
     constants, read_constants, folded, known, roots = {}, {}, [], set(), {}
@@ -109,9 +178,25 @@ def _folds(op, known, constants) -> bool:
             return False
     if any(int(np.prod(r.type.shape)) > FOLDED_ELEMENTS for r in op.results):
         return False
+    if op.name == "stablehlo.reduce":
+        return _exact_reduction(op)
     return not (op.name == "stablehlo.convert"
                 and isinstance(op.operands[0].type.element_type, ir.FloatType)
                 and not isinstance(op.results[0].type.element_type, ir.FloatType))
+
+
+def _exact_reduction(op) -> bool:
+    """Whether `op`, a `stablehlo.reduce`, reduces one operand of at most
+    REDUCED_ELEMENTS elements with a body of one of the `EXACT_REDUCERS` of its
+    element type."""
+    from whilst.lowering._iree_ir import ir
+
+    if len(op.results) != 1 or int(np.prod(op.operands[0].type.shape)) > REDUCED_ELEMENTS:
+        return False
+    body = [inner.name for inner in op.regions[0].blocks[0].operations]
+    kind = ("float" if isinstance(op.results[0].type.element_type, ir.FloatType)
+            else "integer")
+    return len(body) == 2 and body[0] in EXACT_REDUCERS[kind]
 
 
 def _interpreted(element_type) -> bool:
@@ -127,7 +212,7 @@ def _interpreted(element_type) -> bool:
 # The attributes an op of FOLDED_OPS has of itself; any other is a tag.
 _STABLEHLO_ATTRS = ("comparison_direction", "compare_type", "broadcast_dimensions",
                     "dimension", "start_indices", "limit_indices", "strides",
-                    "permutation")
+                    "permutation", "dimensions")
 
 
 def _evaluated(ops, roots) -> list[str] | None:

@@ -15,6 +15,16 @@ LOOP_SELECT_ELEMENTS: there the readback ends the iteration's command buffer and
 the host waits for it (diffrax's first stage under `jax.vmap`, `where(any(jump),
 f0, k0)` over a `[1024, 2]` batch: a submission and a host wait per solver step).
 
+A `stablehlo.case` or `stablehlo.if` whose branches compute nothing, each returning
+values made before it, is such a choice too: its index is read back. equinox's
+checks under `EQX_ON_ERROR=nan` are of this form (`lax.cond(failed, lambda: nan,
+lambda: ys)` after a diffrax solve: a readback and a command buffer of their own on
+every call). `value_branches_as_selects` rewrites those whose results are of the
+sizes above as selects, made elementwise as above::
+
+    case(k, {return a}, {return b}, {return c}) == select(k == 0, a, select(k == 1, b, c))
+    if(p, {return a}, {return b})                == select(p, a, b)
+
 IREE 3.13 does not fuse a `stablehlo.concatenate` with the ops that compute its
 pieces: `jnp.stack([f(x), g(x)])` becomes one dispatch per piece plus a copy per
 piece into the result. Loop bodies over a few numbers (an ODE right-hand side,
@@ -65,6 +75,7 @@ LOOP_SELECT_ELEMENTS = 16384  # a pass over as many costs about a loop iteration
 
 def fusible_small_tensor_code(module) -> None:
     """Apply the rewrites of this module to `module`, in place."""
+    value_branches_as_selects(module)
     broadcast_select_predicates(module)
     small_stacks_as_selects(module)
     fenced_point_gathers(module)
@@ -85,6 +96,46 @@ def broadcast_select_predicates(module) -> None:
                 "stablehlo.broadcast_in_dim", results=[mask_type], operands=[op.operands[0]],
                 attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get([])}).result
         op.operands[0] = mask
+
+
+def value_branches_as_selects(module) -> None:
+    """Replace every `stablehlo.case` / `stablehlo.if` of `module` whose branches
+    compute nothing and whose results are small (`_value_branches`) by selects on
+    its index, in place."""
+    from whilst.lowering._iree_ir import ir
+
+    for op in ops_where(module, _value_branches):
+        returned = [list(region.blocks[0].operations)[0].operands for region in op.regions]
+        with ir.InsertionPoint(op), op.location:
+            if op.name == "stablehlo.if":
+                predicates = [op.operands[0]]
+            else:
+                predicates = [_equals(op.operands[0], branch)
+                              for branch in range(len(op.regions) - 1)]
+            for index, result in enumerate(op.results):
+                selected = returned[-1][index]
+                for predicate, values in reversed(list(zip(predicates, returned))):
+                    selected = ir.Operation.create(
+                        "stablehlo.select", results=[result.type],
+                        operands=[predicate, values[index], selected]).result
+                result.replace_all_uses_with(selected)
+        op.erase()
+
+
+def _equals(index, branch: int):
+    """`index == branch`, for a `stablehlo.case`'s scalar int32 index, at the current
+    insertion point."""
+    from whilst.lowering._iree_ir import ir
+
+    scalar = ir.RankedTensorType(index.type)
+    constant = ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
+        "value": ir.DenseElementsAttr.get_splat(
+            scalar, ir.IntegerAttr.get(scalar.element_type, branch))}).result
+    return ir.Operation.create(
+        "stablehlo.compare", results=[ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))],
+        operands=[index, constant],
+        attributes={"comparison_direction": ir.Attribute.parse("#stablehlo<comparison_direction EQ>")}
+    ).result
 
 
 def small_stacks_as_selects(module) -> None:
@@ -172,6 +223,21 @@ def _scalar_predicate_select(op) -> bool:
     return (ir.RankedTensorType(op.operands[0].type).rank == 0 and 0 < operand.rank
             and (_small(operand) or _enclosing_whiles(op) > 0
                  and _small(operand, LOOP_SELECT_ELEMENTS)))
+
+
+def _value_branches(op) -> bool:
+    """Whether `op` is a `stablehlo.case` or `stablehlo.if` whose branches hold
+    nothing but their return, with results of static shapes of at most
+    SMALL_ELEMENTS each (LOOP_SELECT_ELEMENTS in a loop body)."""
+    from whilst.lowering._iree_ir import ir
+
+    if op.name not in ("stablehlo.case", "stablehlo.if"):
+        return False
+    if any(len(list(region.blocks[0].operations)) != 1 for region in op.regions):
+        return False
+    limit = LOOP_SELECT_ELEMENTS if _enclosing_whiles(op) else SMALL_ELEMENTS
+    return all(isinstance(r.type, ir.RankedTensorType) and _small(r.type, limit)
+               for r in op.results)
 
 
 def _small_stack(op) -> bool:
