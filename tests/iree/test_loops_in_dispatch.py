@@ -313,6 +313,29 @@ def test_a_short_unbounded_loops_gradient_runs_its_forward_over_chunks_in_a_disp
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("order", [1, 2])
+def test_derivatives_of_a_float_counted_loop_compile_with_every_loop_in_place(order):
+    """TensorFlow's testIteratedGradients loop counted by a float, `t < 2.0` (no bound
+    known). Its gradient While reads its stacks at a clamped position shared by two
+    gathers and a scatter, kept apart in the dispatch as one element: kept as a
+    scalar, llvm-cpu codegen failed and the loop went back to the host
+    (`iree_limits/scalar_index_kept_apart_in_dispatch.py`). Matches the derivative of
+    `cos(cos(x))`."""
+    def loop(x):
+        return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
+                                 [0.0, x])[1]
+
+    f, oracle = loop, lambda x: jnp.cos(jnp.cos(x))
+    for _ in range(order):
+        f, oracle = jax.grad(f), jax.grad(oracle)
+    compiled = whilst.compile(f, f32(1.0), cache=False)
+    assert has_loops_in_dispatch(compiled.flags), compiled.stages[-1][0]
+    assert "left to the host" not in compiled.stages[-1][0], compiled.stages[-1][0]
+    run = compiled.load()
+    for x in (f32(1.0), f32(-0.4)):
+        np.testing.assert_allclose(run.main(x), oracle(x), rtol=1e-5, atol=1e-6)
+
+
 def test_a_stack_filled_in_a_host_loops_body_is_filled_in_the_dispatch():
     """A loop writing rows into a stack of 20000 rows (160 KB) started from a fill of
     -1 made in the body of a loop the host steps (three trips, each summing the stack):

@@ -494,13 +494,29 @@ def _scalar_pads(loop) -> None:
 
 def _kept_apart(value):
     """`value` read through a vector behind a `util.optimization_barrier`, which
-    codegen neither fuses nor folds through."""
+    codegen neither fuses nor folds through. A scalar is kept as one element and
+    reshaped back: kept as a 0-d vector and reshaped to one element (a gather's
+    index), llvm-cpu codegen fails (`iree_limits/scalar_index_kept_apart_in_dispatch.py`).
+    Booleans and unsigned integers, read from a storage type of their own, stay
+    scalars (a boolean as one element of i8 storage fails to legalize)."""
     from whilst.lowering._iree_ir import ir
 
+    tensor = ir.RankedTensorType(value.type)
+    if tensor.rank == 0 and _storage(tensor) == tensor:
+        return _reshaped(_kept_apart(_reshaped(value, [1])), [])
     vector = _to_vector(value)
     kept = ir.Operation.create("util.optimization_barrier", results=[vector.type],
                                operands=[vector]).result
     return _to_tensor(kept, value.type)
+
+
+def _reshaped(value, shape):
+    from whilst.lowering._iree_ir import ir
+
+    element = ir.RankedTensorType(value.type).element_type
+    return ir.Operation.create("stablehlo.reshape",
+                               results=[ir.RankedTensorType.get(shape, element)],
+                               operands=[value]).result
 
 
 def _shared_values_materialized(loop) -> None:
