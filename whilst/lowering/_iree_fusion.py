@@ -131,11 +131,11 @@ def _equals(index, branch: int):
     constant = ir.Operation.create("stablehlo.constant", results=[scalar], attributes={
         "value": ir.DenseElementsAttr.get_splat(
             scalar, ir.IntegerAttr.get(scalar.element_type, branch))}).result
-    return ir.Operation.create(
-        "stablehlo.compare", results=[ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))],
-        operands=[index, constant],
-        attributes={"comparison_direction": ir.Attribute.parse("#stablehlo<comparison_direction EQ>")}
-    ).result
+    boolean = ir.RankedTensorType.get([], ir.IntegerType.get_signless(1))
+    equal = ir.Attribute.parse("#stablehlo<comparison_direction EQ>")
+    return ir.Operation.create("stablehlo.compare", results=[boolean],
+                               operands=[index, constant],
+                               attributes={"comparison_direction": equal}).result
 
 
 def small_stacks_as_selects(module) -> None:
