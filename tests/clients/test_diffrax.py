@@ -357,6 +357,40 @@ def test_checkpoints_gradient_with_loops_stepped_from_the_host_matches_diffrax_o
                                jax.jit(loss_grad(lv_solve))(Y0, RATES), rtol=2e-4)
 
 
+# --- SaveAt(dense=True): the solution read between steps, on IREE ---------------------
+
+DENSE_TIMES = np.array([0.3, 2.5, 7.7, 10.0], np.float32)
+
+
+def dense_solve(y0, rates, adjoint=diffrax.RecursiveCheckpointAdjoint()):
+    """The Lotka-Volterra solve's dense output (`sol.evaluate`) at DENSE_TIMES."""
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lotka_volterra), diffrax.Tsit5(), 0.0, 10.0, 0.1, y0, args=rates,
+        stepsize_controller=diffrax.PIDController(rtol=1e-5, atol=1e-5),
+        saveat=diffrax.SaveAt(dense=True), max_steps=64, adjoint=adjoint)
+    return jax.vmap(sol.evaluate)(jnp.asarray(DENSE_TIMES))
+
+
+@pytest.mark.iree
+def test_dense_output_and_its_gradient_match_diffrax_on_jax():
+    """Both ways in, and the gradient through WhilstAdjoint, whose reads of the
+    dense output scatter into windows they index (IREE 3.13 rejected them:
+    `whilst/ir/iree_forms/_batched_scatter.py`)."""
+    module = whilst.compile([
+        whilst.export(dense_solve, Y0, RATES, name="own_loops"),
+        whilst.export(lambda y, p: dense_solve(y, p, WhilstAdjoint()), Y0, RATES,
+                      name="whilst_adjoint"),
+        whilst.export(loss_grad(dense_solve, adjoint=WhilstAdjoint()), Y0, RATES,
+                      name="grad")]).load()
+    for y0 in (Y0, Y0 * 0.5):
+        want = jax.jit(dense_solve)(y0, RATES)
+        np.testing.assert_allclose(module.own_loops(y0, RATES), want, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(module.whilst_adjoint(y0, RATES), want, rtol=2e-5,
+                                   atol=2e-5)
+        np.testing.assert_allclose(module.grad(y0, RATES),
+                                   jax.jit(loss_grad(dense_solve))(y0, RATES), rtol=2e-4)
+
+
 # --- Dopri5, and a batch of 1024 initial conditions, on IREE (forward) ------------------
 
 BATCH_1024 = Y0 * np.linspace(0.5, 1.5, 1024, dtype=np.float32)[:, None]

@@ -103,3 +103,39 @@ def test_export_alone_rewrites():
     ks = np.zeros(B, np.int32)
     assert "input_batching_dims" not in whilst.export(fn, TABLE, ks, ROW).text
     assert "input_batching_dims" in jax.jit(fn).lower(TABLE, ks, ROW).as_text()
+
+
+def sliced_rows_loss(t, ks):
+    """sin of rows of `t` read at lanes' positions `ks` by `dynamic_slice(t, (k, 0),
+    (1, 4))` (diffrax's dense output read at several times), weighted and summed."""
+    rows = jax.vmap(lambda k: lax.dynamic_slice(t, (k, 0), (1, 4)))(ks)
+    return jnp.sum(jnp.sin(rows) * np.arange(1.0, 13.0, dtype=np.float32).reshape(3, 1, 4))
+
+
+def _indexed_windows(jaxpr):
+    from whilst.ir.iree_forms._batched_scatter import _indexed_windows
+    return [eqn for eqn in jaxpr.eqns if isinstance(eqn.params.get("dimension_numbers"),
+                                                    lax.ScatterDimensionNumbers)
+            and _indexed_windows(eqn)]
+
+
+@pytest.mark.iree
+def test_a_gradient_scattering_into_indexed_windows_runs_in_the_explicit_form():
+    """The gradient scatters without batching dimensions into windows it indexes: a
+    row (size 1) and the whole of each row (its start clamped to 0), which IREE 3.13
+    rejected as it rejects batching dimensions. Rewritten, the scatter equals JAX's
+    bit for bit, and the compiled gradient matches jax.grad on XLA, for positions in
+    and out of bounds."""
+    grad = jax.grad(sliced_rows_loss)
+    ks = np.zeros(3, np.int32)
+    jaxpr = jax.make_jaxpr(grad)(TABLE[0], ks)
+    rewritten = explicit_batch_indices(jaxpr)
+    assert _indexed_windows(jaxpr.jaxpr) and not _indexed_windows(rewritten.jaxpr)
+    module = whilst.compile(grad, TABLE[0], ks, cache=False).load("local-sync")
+    explicit = jax.jit(lambda *a: call(rewritten, *a))
+    for positions in ([0, 2, 4], [-3, 7, 2], [1, 1, 1]):
+        positions = np.array(positions, np.int32)
+        want = jax.jit(grad)(TABLE[0], positions)
+        assert np.asarray(explicit(TABLE[0], positions)[0]).tobytes() == \
+            np.asarray(want).tobytes()
+        np.testing.assert_allclose(module.main(TABLE[0], positions), want, rtol=1e-6)

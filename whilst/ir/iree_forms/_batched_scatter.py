@@ -16,6 +16,16 @@ the batch position as one more index column, which IREE compiles::
 The extra columns always lie in bounds, so every mode (clip, fill or drop,
 promise in bounds) treats the windows as before. Scatters in the bodies of jax's
 cond, scan and while are rewritten too (`_rewrite.into_control_flow`).
+
+IREE 3.13 rejects, with the same error, a scatter without batching dimensions whose
+index column addresses a dimension its window spans, as the gradient of a vmapped
+`dynamic_slice(ys, (k, 0), (1, n))` does (diffrax's dense output read at several
+times; `iree_limits/indexed_window_scatter.mlir`): windows of size 1 and windows
+spanning their whole dimension (whose start is clamped, or promised, to 0) are
+written in the same explicit form::
+
+    for b in range(B): x[k[b]:k[b] + 1, j[b]:j[b] + n] += v[b]   # x: (m, n), v: (B, 1, n)
+      == x[k] += v[:, 0]                                          # j clamped to 0
 """
 from __future__ import annotations
 
@@ -34,10 +44,25 @@ def explicit_batch_indices(jaxpr: ClosedJaxpr) -> ClosedJaxpr:
 
 def _rule(eqn):
     dn = eqn.params.get("dimension_numbers")
-    if (isinstance(dn, lax.ScatterDimensionNumbers) and dn.operand_batching_dims
-            and all(is_constant_shape(v.aval.shape) for v in eqn.invars)):
+    if (isinstance(dn, lax.ScatterDimensionNumbers)
+            and all(is_constant_shape(v.aval.shape) for v in eqn.invars)
+            and (dn.operand_batching_dims or _indexed_windows(eqn))):
         return lambda *operands, **params: _explicit(eqn.primitive, *operands, **params)
     return None
+
+
+def _indexed_windows(eqn) -> bool:
+    """Whether scatter `eqn` has an index column into a dimension its window spans at
+    size 1, or whole outside mode=fill: columns `_explicit` inserts or drops."""
+    operand, _, updates = eqn.invars[:3]
+    dn = eqn.params["dimension_numbers"]
+    windows = [d for d in range(operand.aval.ndim)
+               if d not in {*dn.inserted_window_dims, *dn.operand_batching_dims}]
+    size = {d: updates.aval.shape[u] for d, u in zip(windows, dn.update_window_dims)}
+    fill = (lax.GatherScatterMode.from_any(eqn.params["mode"])
+            == lax.GatherScatterMode.FILL_OR_DROP)
+    return any(size.get(d) == 1 or (size.get(d) == operand.aval.shape[d] and not fill)
+               for d in dn.scatter_dims_to_operand_dims if d in size)
 
 
 def _explicit(primitive, operand, indices, updates, *, dimension_numbers, indices_are_sorted,
