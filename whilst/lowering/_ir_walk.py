@@ -2,6 +2,8 @@
 and for tests and benchmarks that read what was emitted."""
 from __future__ import annotations
 
+BRANCH_OPS = ("stablehlo.case", "stablehlo.if")   # ops that run one of their regions
+
 
 def ops_where(module, predicate) -> list:
     """`[op for op in module (nested ops included, in walk order) if predicate(op)]`,
@@ -17,6 +19,19 @@ def ops_where(module, predicate) -> list:
 
     module.operation.walk(visit)
     return found
+
+
+def integer_constant(value):
+    """The value of `value` where a `stablehlo.constant` scalar integer makes it (a
+    boolean reads 0 or -1), else None."""
+    from whilst.lowering._iree_ir import ir
+
+    owner = value.owner
+    if (isinstance(owner, ir.Block) or owner.name != "stablehlo.constant"
+            or not isinstance(ir.RankedTensorType(value.type).element_type, ir.IntegerType)
+            or ir.RankedTensorType(value.type).rank != 0):
+        return None
+    return ir.IntegerAttr(ir.DenseElementsAttr(owner.attributes["value"]).get_splat_value()).value
 
 
 def is_public(op) -> bool:

@@ -18,11 +18,8 @@ placed right after it. The barrier copies nothing.
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import BRANCH_OPS, ops_where
 from whilst.lowering._iree_loops import reads_arguments
-
-_BRANCH_OPS = ("stablehlo.case", "stablehlo.if")
-
 
 def constant_branch_results_fenced(module) -> None:
     """Every `stablehlo.case` and `stablehlo.if` of `module` (nested ones included)
@@ -30,7 +27,7 @@ def constant_branch_results_fenced(module) -> None:
     (`not reads_arguments`) replaced by those of one optimization barrier after it."""
     from whilst.lowering._iree_ir import ir
 
-    for branch_op in ops_where(module, lambda op: op.name in _BRANCH_OPS):
+    for branch_op in ops_where(module, lambda op: op.name in BRANCH_OPS):
         returned = [list(region.blocks[0].operations)[-1].operands
                     for region in branch_op.regions]
         fenced = [result for index, result in enumerate(branch_op.results)

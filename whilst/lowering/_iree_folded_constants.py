@@ -40,7 +40,7 @@ import logging
 
 import numpy as np
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import BRANCH_OPS, integer_constant, ops_where
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +70,6 @@ EXACT_REDUCERS = {
     "float": frozenset({"stablehlo.maximum", "stablehlo.minimum"}),
 }
 
-_BRANCH_OPS = ("stablehlo.case", "stablehlo.if")
-
 
 def constant_expressions_folded(module) -> int:
     """Fold, in place, each op of `module` that `_folds` (module docstring) whose
@@ -89,8 +87,8 @@ def _literal_branches_taken(module) -> int:
     visited innermost first (post-order), so none is visited after an enclosing
     branch erased it."""
     taken = 0
-    for op in ops_where(module, lambda op: op.name in _BRANCH_OPS):
-        index = _literal_index(op.operands[0])
+    for op in ops_where(module, lambda op: op.name in BRANCH_OPS):
+        index = integer_constant(op.operands[0])
         if index is None:
             continue
         if op.name == "stablehlo.if":
@@ -105,15 +103,6 @@ def _literal_branches_taken(module) -> int:
         op.erase()
         taken += 1
     return taken
-
-
-def _literal_index(value) -> int | None:
-    """The integer (or boolean) a scalar `stablehlo.constant` holds, else None."""
-    from whilst.lowering._iree_ir import ir
-
-    if isinstance(value, ir.BlockArgument) or value.owner.name != "stablehlo.constant":
-        return None
-    return int(ir.DenseIntElementsAttr(value.owner.attributes["value"])[0])
 
 
 def _folded_once(module) -> int:

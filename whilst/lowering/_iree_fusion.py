@@ -66,7 +66,7 @@ the host. The CG sample's loops read back 2 and 1 scalars per step so, against
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import BRANCH_OPS, ops_where
 from whilst.lowering._iree_dims import SHAPE_OPERANDS
 
 SMALL_ELEMENTS = 256  # larger selects pay more for an elementwise pass than for a readback
@@ -231,7 +231,7 @@ def _value_branches(op) -> bool:
     SMALL_ELEMENTS each (LOOP_SELECT_ELEMENTS in a loop body)."""
     from whilst.lowering._iree_ir import ir
 
-    if op.name not in ("stablehlo.case", "stablehlo.if"):
+    if op.name not in BRANCH_OPS:
         return False
     if any(len(list(region.blocks[0].operations)) != 1 for region in op.regions):
         return False

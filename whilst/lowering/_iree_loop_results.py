@@ -37,7 +37,7 @@ the allocation the copy was packed in with values still in use (`jax.jacrev` of
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import integer_constant, ops_where
 from whilst.lowering._iree_loops import DISTINCT_INIT_ATTR
 
 
@@ -90,17 +90,5 @@ def _first_test_passes(loop) -> bool:
     counter, limit = test.operands
     if not isinstance(counter, ir.BlockArgument) or counter.owner != cond:
         return False
-    start, limit = _integer_constant(loop.operands[counter.arg_number]), _integer_constant(limit)
+    start, limit = integer_constant(loop.operands[counter.arg_number]), integer_constant(limit)
     return start is not None and limit is not None and 0 <= start < limit
-
-
-def _integer_constant(value):
-    """The value of `value` where a `stablehlo.constant` scalar integer makes it, else None."""
-    from whilst.lowering._iree_ir import ir
-
-    owner = value.owner
-    if (isinstance(owner, ir.Block) or owner.name != "stablehlo.constant"
-            or not isinstance(ir.RankedTensorType(value.type).element_type, ir.IntegerType)
-            or ir.RankedTensorType(value.type).rank != 0):
-        return None
-    return ir.IntegerAttr(ir.DenseElementsAttr(owner.attributes["value"]).get_splat_value()).value

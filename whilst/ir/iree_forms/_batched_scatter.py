@@ -52,17 +52,38 @@ def _rule(eqn):
 
 
 def _indexed_windows(eqn) -> bool:
-    """Whether scatter `eqn` has an index column into a dimension its window spans at
-    size 1, or whole outside mode=fill: columns `_explicit` inserts or drops."""
+    """Whether scatter `eqn` has an index column `_explicit` inserts or drops."""
     operand, _, updates = eqn.invars[:3]
     dn = eqn.params["dimension_numbers"]
-    windows = [d for d in range(operand.aval.ndim)
+    _, window_size = _windows(operand.aval.ndim, updates.aval.shape, dn)
+    fill = _fills(eqn.params["mode"])
+    return any(_column_form(d, window_size, operand.aval.shape, fill)
+               for d in dn.scatter_dims_to_operand_dims)
+
+
+def _windows(operand_rank, updates_shape, dn):
+    """`(update_dim, window_size)`: for each window dimension of the operand of a
+    scatter `dn`, the updates' dimension that spans it and its size."""
+    windows = [d for d in range(operand_rank)
                if d not in {*dn.inserted_window_dims, *dn.operand_batching_dims}]
-    size = {d: updates.aval.shape[u] for d, u in zip(windows, dn.update_window_dims)}
-    fill = (lax.GatherScatterMode.from_any(eqn.params["mode"])
-            == lax.GatherScatterMode.FILL_OR_DROP)
-    return any(size.get(d) == 1 or (size.get(d) == operand.aval.shape[d] and not fill)
-               for d in dn.scatter_dims_to_operand_dims if d in size)
+    update_dim = dict(zip(windows, dn.update_window_dims))
+    return update_dim, {d: updates_shape[u] for d, u in update_dim.items()}
+
+
+def _fills(mode) -> bool:
+    return lax.GatherScatterMode.from_any(mode) == lax.GatherScatterMode.FILL_OR_DROP
+
+
+def _column_form(d, window_size, operand_shape, fill):
+    """How `_explicit` writes an index column into operand dimension `d`: "inserted"
+    where the window is 1 wide there, "dropped" where it spans the whole dimension
+    (its start clamped, or promised, to 0; not under mode=fill, where another start
+    drops the update), else None (kept as it is)."""
+    if window_size.get(d) == 1:
+        return "inserted"
+    if window_size.get(d) == operand_shape[d] and not fill:
+        return "dropped"
+    return None
 
 
 def _explicit(primitive, operand, indices, updates, *, dimension_numbers, indices_are_sorted,
@@ -81,17 +102,16 @@ def _explicit(primitive, operand, indices, updates, *, dimension_numbers, indice
     columns += [(lax.broadcasted_iota(indices.dtype, column_shape, i), d)
                 for i, d in zip(dn.scatter_indices_batching_dims, dn.operand_batching_dims)]
     inserted = {*dn.inserted_window_dims, *dn.operand_batching_dims}
-    windows = [d for d in range(operand.ndim) if d not in inserted]
-    window_size = {d: updates.shape[u] for d, u in zip(windows, dn.update_window_dims)}
-    update_dim = dict(zip(windows, dn.update_window_dims))
-    fill = lax.GatherScatterMode.from_any(mode) == lax.GatherScatterMode.FILL_OR_DROP
+    update_dim, window_size = _windows(operand.ndim, updates.shape, dn)
+    fill = _fills(mode)
     squeezed, kept = set(), []
     for column, d in columns:
-        if window_size.get(d) == 1:
+        form = _column_form(d, window_size, operand.shape, fill)
+        if form == "dropped":
+            continue
+        if form == "inserted":
             inserted.add(d)
             squeezed.add(update_dim[d])
-        elif window_size.get(d) == operand.shape[d] and not fill:
-            continue
         kept.append((column, d))
     explicit = lax.ScatterDimensionNumbers(
         update_window_dims=tuple(u - sum(s < u for s in squeezed)
