@@ -594,6 +594,7 @@ def test_a_checkpointed_gradient_leaves_no_loop_for_the_host(checkpoints):
         for n, want in wants.items():
             np.testing.assert_allclose(run(x, i32(n)), want, rtol=1e-5, atol=1e-6)
 
+
 def test_the_text_of_loops_in_dispatches_is_one_from_call_to_call():
     """The second derivative of a nested loop: the barriers and constant copies that
     moving its loops makes come in the order of the module's ops, not of a set's
