@@ -69,6 +69,31 @@ def unrolled(cond, body, loop_vars, maximum_iterations=None):
     return loop_vars
 
 
+def pushing_loop(f, loop):
+    """TensorFlow's `_WrapInWhile(f)` (while_v2_test.py): two steps of `y <- f(cos(y))`
+    counted by `i < 2`, pushing each step's `y` onto a list (a dynamic TensorArray,
+    whose room is the trip count known at trace time), and `y + sum(list)`. `loop`
+    False: the same in plain Python, with a Python list."""
+    import whilst
+
+    def wrapped(x):
+        if not loop:
+            ys, y = [], x
+            for _ in range(2):
+                ys.append(y)
+                y = f(jnp.cos(y))
+            return y + sum(ys)
+
+        def body(i, y, pushed):
+            return i + 1, f(jnp.cos(y)), pushed.write(i, y)
+
+        _, z, pushed = whilst.while_loop(
+            lambda i, y, pushed: i < 2, body,
+            [0, x, whilst.TensorArray(jnp.float32, size=0, dynamic_size=True)])
+        return z + jnp.sum(pushed.stack())
+    return wrapped
+
+
 def nested_sin_loop(x):
     """Three steps of the outer loop of `nested_sin_oracle` (a = 1) as whilst loops,
     each with a `maximum_iterations`."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import unrolled
+from helpers import pushing_loop, unrolled
 from whilst.ir import DEFAULT_GRADIENT_MEMORY, Checkpointed, EveryStep, iter_loops
 from whilst.lowering import unroll_factors
 
@@ -250,3 +250,44 @@ def test_tensorflows_nested_loop_gradients_eagerly_and_under_jit(program, tf_gra
     np.testing.assert_allclose(compiled(1.0), tf_gradient, rtol=1e-6)
     np.testing.assert_allclose(compiled(0.3), want(0.3), rtol=1e-6)
     np.testing.assert_allclose(grad(0.3), want(0.3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_iterated_gradients_with_a_list(order):
+    """TensorFlow's testIteratedGradientsWithList: orders 1-3, eagerly and under jit,
+    against the loop unrolled in Python; each order differentiates straight-line
+    code (no loop left in the jaxpr)."""
+    f, oracle = (derivative(pushing_loop(lambda y: y, loop), order) for loop in (True, False))
+    want = oracle(1.0)
+    np.testing.assert_allclose(f(1.0), want, rtol=1e-5)
+    np.testing.assert_allclose(jax.jit(f)(1.0), want, rtol=1e-5)
+    assert not list(iter_loops(jax.make_jaxpr(f)(1.0).jaxpr))
+
+
+def test_three_loops_with_lists_nested():
+    """TensorFlow's testThreeNestWithLists: `_WrapInWhile` three deep around `sin`,
+    its value and gradient eagerly and under jit, against the loops unrolled."""
+    nest, oracle = (pushing_loop(pushing_loop(pushing_loop(jnp.sin, loop), loop), loop)
+                    for loop in (True, False))
+    for x in [1.0, 0.3]:
+        np.testing.assert_allclose(nest(x), oracle(x), rtol=1e-6)
+        want = jax.grad(oracle)(x)
+        np.testing.assert_allclose(jax.grad(nest)(x), want, rtol=1e-5)
+        np.testing.assert_allclose(jax.jit(jax.grad(nest))(x), want, rtol=1e-5)
+
+
+def test_gradient_of_a_loop_whose_body_takes_a_loops_gradient():
+    """TensorFlow's testGradWhileGradWhileWithVariable: each of two outer steps takes
+    the gradient of an inner loop `y <- cos(v + y)` (two steps) at its carry; the
+    outer loop's gradient with respect to x and v, eagerly and under jit, against
+    the loops unrolled."""
+    def func(loop, x, v):
+        def inner(a):
+            return jax.grad(lambda a: loop(lambda i, _: i < 2,
+                                           lambda i, y: (i + 1, jnp.cos(v + y)), [0, a])[1])(a)
+        return loop(lambda i, _: i < 2, lambda i, y: (i + 1, inner(y)), [0, x])[1]
+
+    grad = jax.grad(functools.partial(func, whilst.while_loop), (0, 1))
+    want = jax.grad(functools.partial(func, _unrolled_loop), (0, 1))(1.0, 1.0)
+    for got in [grad(1.0, 1.0), jax.jit(grad)(1.0, 1.0)]:
+        np.testing.assert_allclose(got, want, rtol=1e-5)

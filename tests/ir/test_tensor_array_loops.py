@@ -218,12 +218,32 @@ def test_reverse_mode_stores_one_element_per_step_not_the_buffer():
 def test_unbounded_loop_with_a_dynamic_array_names_both_fixes():
     ta = TensorArray(jnp.float32, size=0, dynamic_size=True, element_shape=())
     with pytest.raises(ValueError, match=r"while_loop: loop_vars\[1\] is a TensorArray with "
-                       r"dynamic_size=True.*Pass maximum_iterations=N.*create the array with "
+                       r"dynamic_size=True.*trip count known at trace time.*this loop has "
+                       r"neither. Pass maximum_iterations=N.*create the array with "
                        r"dynamic_size=False and size=N"):
-        whilst.while_loop(lambda i, ta: i < 3, lambda i, ta: (i + 1, ta.write(i, 1.0)), [0, ta])
+        jax.jit(lambda n: whilst.while_loop(lambda i, ta: i < n,
+                                            lambda i, ta: (i + 1, ta.write(i, 1.0)), [0, ta]))(3)
     with pytest.raises(ValueError, match=r"whilst.lax.fori_loop: init_val\[1\] is a "
                        r"TensorArray with dynamic_size=True"):
         jax.jit(lambda n: whilst.lax.fori_loop(0, n, lambda i, ta: ta.write(i, 1.0), ta))(3)
+
+
+@pytest.mark.parametrize("loop", ["while_loop", "lax.while_loop"])
+def test_a_trip_count_known_at_trace_time_gives_dynamic_arrays_their_room(loop):
+    """`i < 3` from `i = 0` runs 3 steps, known while tracing: a dynamic array gets
+    room for 3 more elements, as with maximum_iterations=3 (TensorFlow 2 grows its
+    lists without a bound; its XLA path, like whilst, needs one)."""
+    ta = TensorArray(jnp.float32, size=1, dynamic_size=True).write(0, -1.0)
+
+    def step(i, ta):
+        return i + 1, ta.write(i + 1, i * 2.0)
+
+    if loop == "while_loop":
+        _, out = whilst.while_loop(lambda i, ta: i < 3, step, [0, ta])
+    else:
+        _, out = whilst.lax.while_loop(lambda c: c[0] < 3, lambda c: step(*c), (0, ta))
+    np.testing.assert_array_equal(out.stack(), [-1.0, 0.0, 2.0, 4.0])
+    assert int(out.size()) == 4
 
 
 def test_element_shape_is_taken_from_the_body_or_asked_for():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import host_driven_stream
+from helpers import host_driven_stream, pushing_loop, vulkan_or_skip
 from whilst import TensorArray
 from whilst.lowering import prepare, stream_copy_sizes
 
@@ -100,3 +100,19 @@ def test_writes_stay_in_place(exported, which):
     sizes = stream_copy_sizes(host_driven_stream(prepare([exported[which]])))
     buffer_bytes = ROWS * WIDTH * 4
     assert all(s is not None and s < buffer_bytes for s in sizes), sizes
+
+
+@pytest.mark.parametrize("target, driver", [("llvm-cpu", "local-sync"),
+                                            ("vulkan-spirv", "vulkan")])
+def test_nested_loops_pushing_onto_lists_and_their_gradient_on_iree(target, driver):
+    """TensorFlow's testThreeNestWithLists (tests/ir/test_higher_order.py): three
+    nested loops counted by `i < 2`, each pushing onto a dynamic TensorArray sized
+    by that trip count; the gradient runs on IREE as `jax.grad` of the loops
+    unrolled in Python computes it."""
+    if driver == "vulkan":
+        vulkan_or_skip()
+    nest, oracle = (pushing_loop(pushing_loop(pushing_loop(jnp.sin, loop), loop), loop)
+                    for loop in (True, False))
+    x = np.float32(0.7)
+    module = whilst.compile(jax.grad(nest), x, target=target).load(driver)
+    np.testing.assert_allclose(module.main(x), jax.grad(oracle)(x), rtol=1e-5)

@@ -59,15 +59,7 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
         arguments); None: traced on every call.
     """
     keys = KeyLeaves(leaves)
-
-    def flat_cond(i, *raw):
-        del i
-        return [check_cond_output(cond(keys.wrap(raw)), cond_name, api)]
-
-    def flat_body(i, *raw):
-        del i
-        return keys.raw(body(keys.wrap(raw)))
-
+    flat_cond, flat_body = _counted(cond, body, keys, api, cond_name)
     key = traced_loops.cache_key(cache_key, leaves, dict(options, name=name))
     traced = traced_loops.lookup(key)
     if traced is None:
@@ -84,6 +76,37 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
     _, *outs = functional_while(*operands, cond_jaxpr=traced.cond_jaxpr,
                                 body_jaxpr=traced.body_jaxpr, name=name, **options)
     return keys.wrap(outs)
+
+
+def known_trips(cond, body, leaves, *, bound, starts, name, api, cond_name) -> int | None:
+    """The trip count of `flat_while_loop(cond, body, leaves, ...)` where it steps a
+    counter from a start to a limit known at trace time (`static_trips`), else
+    None: the loop traced here, apart from the one `flat_while_loop` binds (a
+    frontend that sizes its carry by the trip count, before the loop is traced
+    for that carry). Tracing errors are left to `flat_while_loop` to report."""
+    keys = KeyLeaves(leaves)
+    flat_cond, flat_body = _counted(cond, body, keys, api, cond_name)
+    try:
+        _, traced = _trace(flat_cond, flat_body, keys.raw(leaves), lambda *_: None, bound,
+                           name)
+    except Exception:  # noqa: BLE001 -- the loop itself reports it, when it is traced
+        return None
+    return static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
+                        len(traced.body_consts), starts)
+
+
+def _counted(cond, body, keys, api, cond_name):
+    """`(flat_cond, flat_body)`: `cond` and `body` as functions of the loop's counter
+    and its flat carry, PRNG keys as their key data (`KeyLeaves`)."""
+    def flat_cond(i, *raw):
+        del i
+        return [check_cond_output(cond(keys.wrap(raw)), cond_name, api)]
+
+    def flat_body(i, *raw):
+        del i
+        return keys.raw(body(keys.wrap(raw)))
+
+    return flat_cond, flat_body
 
 
 def _bounded_by_trips(traced, starts, bound, options):

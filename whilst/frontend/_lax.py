@@ -9,9 +9,9 @@ from jax import lax
 
 from whilst._jax_compat import is_concrete
 from whilst.frontend import _checks as checks
-from whilst.frontend._flat_loop import flat_while_loop
+from whilst.frontend._flat_loop import flat_while_loop, known_trips
 from whilst.frontend._prng_keys import check_output as check_key_output
-from whilst.frontend.tensor_array import arrays_for_loop
+from whilst.frontend.tensor_array import arrays_for_loop, has_dynamic_arrays
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
@@ -145,28 +145,45 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     loop for eager calls, `_flat_loop`)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
-    init_val = arrays_for_loop(init_val, "init_val",
-                               checks.bound_operand(maximum_iterations)[1], api, body_fun)
-    leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(init_val)
-    # The structure of the plain flatten, which body_fun's output is compared
-    # with (a keyed flatten may give custom nodes other aux data, as JAX allows).
-    tree = jax.tree_util.tree_structure(init_val)
-    paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
-    init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
-
-    def flat_cond(carry):
-        return cond_fun(jax.tree_util.tree_unflatten(tree, carry))
-
-    def flat_body(carry):
-        out = body_fun(jax.tree_util.tree_unflatten(tree, carry))
-        return _body_output(out, tree, paths, init, api)
-
-    check_carry = functools.partial(_check_types, api, paths)
-    outs = flat_while_loop(flat_cond, flat_body, init, check_carry, bound=bound,
+    room = checks.bound_operand(maximum_iterations)[1]
+    if room is None and has_dynamic_arrays(init_val):
+        # A trip count known at trace time bounds the loop as maximum_iterations would:
+        # its dynamic arrays get room for that many more elements.
+        traced = _FlatLoop(cond_fun, body_fun, arrays_for_loop(init_val, "init_val", 1, api,
+                                                               body_fun), api)
+        room = known_trips(traced.cond, traced.body, traced.init, bound=bound,
+                           starts=traced.starts, name=name, api=api, cond_name="cond_fun")
+    loop = _FlatLoop(cond_fun, body_fun, arrays_for_loop(init_val, "init_val", room, api,
+                                                         body_fun), api)
+    outs = flat_while_loop(loop.cond, loop.body, loop.init, loop.check_carry, bound=bound,
                            options=options, name=name, api=api, cond_name="cond_fun",
-                           starts=[x for _, x in leaves_with_paths],
-                           cache_key=cache_key and (*cache_key, tree))
-    return jax.tree_util.tree_unflatten(tree, outs)
+                           starts=loop.starts, cache_key=cache_key and (*cache_key, loop.tree))
+    return jax.tree_util.tree_unflatten(loop.tree, outs)
+
+
+class _FlatLoop:
+    """`cond_fun` and `body_fun` over the flat carry of `init_val` (its TensorArrays
+    ready for the loop), as `flat_while_loop` takes them, with its `init`,
+    `check_carry` and `starts` (the leaves as given)."""
+
+    def __init__(self, cond_fun, body_fun, init_val, api):
+        leaves_with_paths, _ = jax.tree_util.tree_flatten_with_path(init_val)
+        # The structure of the plain flatten, which body_fun's output is compared
+        # with (a keyed flatten may give custom nodes other aux data, as JAX allows).
+        tree = jax.tree_util.tree_structure(init_val)
+        paths = [checks.path_name("init_val", p) for p, _ in leaves_with_paths]
+        init = [checks.to_array(path, x, api) for path, (_, x) in zip(paths, leaves_with_paths)]
+
+        def flat_cond(carry):
+            return cond_fun(jax.tree_util.tree_unflatten(tree, carry))
+
+        def flat_body(carry):
+            out = body_fun(jax.tree_util.tree_unflatten(tree, carry))
+            return _body_output(out, tree, paths, init, api)
+
+        self.cond, self.body, self.init, self.tree = flat_cond, flat_body, init, tree
+        self.check_carry = functools.partial(_check_types, api, paths)
+        self.starts = [x for _, x in leaves_with_paths]
 
 
 def _body_output(out, tree, paths, init, api):

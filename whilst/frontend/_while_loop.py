@@ -5,9 +5,9 @@ import jax
 from jax import lax
 
 from whilst.frontend import _checks as checks
-from whilst.frontend._flat_loop import flat_while_loop
+from whilst.frontend._flat_loop import flat_while_loop, known_trips
 from whilst.frontend._prng_keys import check_output as check_key_output, is_key
-from whilst.frontend.tensor_array import arrays_for_loop
+from whilst.frontend.tensor_array import arrays_for_loop, has_dynamic_arrays
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -31,8 +31,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       loop_vars: list or tuple of pytrees (tuples, lists, namedtuples, dicts) of
         arrays, Python/numpy scalars, typed PRNG keys (body returns keys of the
         same implementation for those) or `whilst.TensorArray`s (a dynamic one
-        gets room for maximum_iterations more elements). A Python scalar takes the dtype body
-        gives it, as in `jax.lax.while_loop`.
+        gets room for maximum_iterations more elements, or for the trip count
+        where it is known at trace time: `i < 2` from `i = 0`). A Python scalar
+        takes the dtype body gives it, as in `jax.lax.while_loop`.
       shape_invariants: shapes, one per array, in the structure of loop_vars;
         `None` marks a dimension that may vary. Shapes still may not change.
       parallel_iterations, swap_memory: a positive int and a bool, accepted for
@@ -78,36 +79,61 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
       ValueError: empty loop_vars, bad parallel_iterations, maximum_iterations,
         checkpoints, gradient_memory or shape_invariants, body output of another shape,
         a TensorArray of unknown element shape, or a dynamic one in a loop without a
-        Python-int maximum_iterations.
+        Python-int maximum_iterations or a trip count known at trace time.
     """
     bound, options = _check_arguments(cond, body, loop_vars, parallel_iterations,
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
-    loop_vars = arrays_for_loop(
-        loop_vars, "loop_vars", checks.bound_operand(maximum_iterations)[1], "while_loop",
-        lambda lv: _entries(body(*lv), len(lv)))
-    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
-    paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
-    leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
-    invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths, leaves)
-
-    def flat_cond(carry):
-        return cond(*jax.tree_util.tree_unflatten(in_tree, carry))
-
-    def flat_body(carry):
-        out = body(*jax.tree_util.tree_unflatten(in_tree, carry))
-        return _body_output(out, loop_vars, paths, leaves, carry, invariants)
-
-    def check_carry(carry, out_avals):
-        _check_dtypes(paths, carry, out_avals)
-
-    outs = flat_while_loop(flat_cond, flat_body, leaves, check_carry, bound=bound,
+    room = checks.bound_operand(maximum_iterations)[1]
+    if room is None and has_dynamic_arrays(loop_vars):
+        # `i < 2` from `i = 0` bounds a loop as maximum_iterations=2 would: its dynamic
+        # arrays get room for that many more elements.
+        traced = _FlatLoop(cond, body, _with_room(body, loop_vars, 1), shape_invariants)
+        room = known_trips(traced.cond, traced.body, traced.leaves, bound=bound,
+                           starts=traced.starts, name=name, api="while_loop", cond_name="cond")
+    loop_vars = _with_room(body, loop_vars, room)
+    loop = _FlatLoop(cond, body, loop_vars, shape_invariants)
+    outs = flat_while_loop(loop.cond, loop.body, loop.leaves, loop.check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
-                           starts=[x for _, x in leaves_with_paths], back_prop=back_prop,
-                           cache_key=("tf_while_loop", cond, body, in_tree))
-    return _result(jax.tree_util.tree_unflatten(in_tree, outs), loop_vars,
+                           starts=loop.starts, back_prop=back_prop,
+                           cache_key=("tf_while_loop", cond, body, loop.in_tree))
+    return _result(jax.tree_util.tree_unflatten(loop.in_tree, outs), loop_vars,
                    return_same_structure)
+
+
+def _with_room(body, loop_vars, room):
+    """`loop_vars` with their TensorArrays as they enter a loop of at most `room` more
+    steps (None: unknown; `arrays_for_loop`)."""
+    return arrays_for_loop(loop_vars, "loop_vars", room, "while_loop",
+                           lambda lv: _entries(body(*lv), len(lv)))
+
+
+class _FlatLoop:
+    """while_loop's `cond` and `body` over the flat carry of `loop_vars` (their
+    TensorArrays ready for the loop), as `flat_while_loop` takes them, with its
+    `leaves`, `check_carry` and `starts` (the leaves as given)."""
+
+    def __init__(self, cond, body, loop_vars, shape_invariants):
+        leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(list(loop_vars))
+        paths = [checks.path_name("loop_vars", p) for p, _ in leaves_with_paths]
+        leaves = [checks.to_array(path, x) for path, (_, x) in zip(paths, leaves_with_paths)]
+        invariants = checks.normalize_shape_invariants(shape_invariants, loop_vars, paths,
+                                                       leaves)
+
+        def flat_cond(carry):
+            return cond(*jax.tree_util.tree_unflatten(in_tree, carry))
+
+        def flat_body(carry):
+            out = body(*jax.tree_util.tree_unflatten(in_tree, carry))
+            return _body_output(out, loop_vars, paths, leaves, carry, invariants)
+
+        def check_carry(carry, out_avals):
+            _check_dtypes(paths, carry, out_avals)
+
+        self.cond, self.body, self.check_carry = flat_cond, flat_body, check_carry
+        self.leaves, self.in_tree = leaves, in_tree
+        self.starts = [x for _, x in leaves_with_paths]
 
 
 def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory,

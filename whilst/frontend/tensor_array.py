@@ -30,8 +30,10 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   TensorFlow 2's `tf.function` and XLA paths).
 - `dynamic_size=True`: a write past the end with a known index grows the array
   to index + 1 rows. As a loop variable of a loop bounded by a Python-int
-  `maximum_iterations` it enters the loop with room for that many more elements
-  (one write per step); a loop without such a bound is refused. `stack()`
+  `maximum_iterations`, or by a trip count known at trace time (`i < 2` from
+  `i = 0`, `whilst.ir._trip_count.static_trips`), it enters the loop with room for
+  that many more elements (one write per step); a loop without such a bound is
+  refused. `stack()`
   returns every row of the capacity (zeros from `size()` on) and `size()` the
   highest index written + 1, a traced value after a loop.
 """
@@ -341,10 +343,11 @@ class TensorArray:
         if maximum_iterations is None:
             raise ValueError(
                 f"{api}: {path} is a TensorArray with dynamic_size=True, whose room in a "
-                f"loop comes from maximum_iterations (as on TensorFlow's XLA path), but this "
-                f"loop has no Python-int maximum_iterations. Pass maximum_iterations=N (the "
-                f"most steps, one write each), or create the array with dynamic_size=False "
-                f"and size=N.")
+                f"loop comes from maximum_iterations (as on TensorFlow's XLA path) or from a "
+                f"trip count known at trace time (a counter stepped from a known start to a "
+                f"known limit: `i < 2` from `i = 0`), but this loop has neither. Pass "
+                f"maximum_iterations=N (the most steps, one write each), or create the array "
+                f"with dynamic_size=False and size=N.")
         return self._grown(self.capacity + maximum_iterations)
 
     # -- helpers -----------------------------------------------------------------------
@@ -528,6 +531,13 @@ class TensorArray:
 jax.tree_util.register_pytree_with_keys(
     TensorArray, TensorArray._tree_flatten_with_keys, TensorArray._tree_unflatten,
     TensorArray._tree_flatten)
+
+
+def has_dynamic_arrays(tree) -> bool:
+    """Whether `tree` holds a TensorArray made with `dynamic_size=True`."""
+    is_ta = lambda x: isinstance(x, TensorArray)  # noqa: E731
+    return any(is_ta(x) and x.dynamic_size
+               for x in jax.tree_util.tree_leaves(tree, is_leaf=is_ta))
 
 
 def arrays_for_loop(tree, root, maximum_iterations, api, body):
