@@ -291,3 +291,33 @@ def test_gradient_of_a_loop_whose_body_takes_a_loops_gradient():
     want = jax.grad(functools.partial(func, _unrolled_loop), (0, 1))(1.0, 1.0)
     for got in [grad(1.0, 1.0), jax.jit(grad)(1.0, 1.0)]:
         np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def _squared_until(limit):
+    return lambda x: whilst.while_loop(lambda v: v < limit, lambda v: v * v, [x])
+
+
+def _both_of_two_carries(x, y):
+    """testMultipleLoopVars: `while v < 45: v, w = v * w, v + w` from (5, 3) ends at
+    (120, 23) = (y x^2 + x y^2, x y + x + y)."""
+    return whilst.while_loop(lambda v, _: v < 45.0, lambda v, w: (v * w, v + w), [x, y])
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_tensorflows_while_v2_gradients_with_their_values(mode):
+    """TensorFlow's while_v2_test.py values: testSingleLoopVar and testGradientTape
+    (x^2 and x^4 from 2), testDoubleDerivative (x^4: 16, 32, 48),
+    testMultipleWhileLoops (x^2 then its square: 32, 48) and testMultipleLoopVars
+    (each result's gradient with respect to x and to y, and of their sum)."""
+    run = (lambda f, *a: f(*a)) if mode == "eager" else (lambda f, *a: jax.jit(f)(*a))
+    assert run(jax.grad(_squared_until(4.0)), 2.0) == 4.0
+    fourth = _squared_until(8.0)
+    assert [run(f, 2.0) for f in (fourth, jax.grad(fourth), jax.grad(jax.grad(fourth)))] == [
+        16.0, 32.0, 48.0]
+    chained = lambda x: _squared_until(16.0)(_squared_until(4.0)(x))  # noqa: E731
+    assert [run(jax.grad(chained), 2.0), run(jax.grad(jax.grad(chained)), 2.0)] == [32.0, 48.0]
+    assert [float(v) for v in run(_both_of_two_carries, 5.0, 3.0)] == [120.0, 23.0]
+    for pick, want in [(lambda r: r[0], (39.0, 55.0)), (lambda r: r[1], (4.0, 6.0)),
+                       (lambda r: r[0] + r[1], (43.0, 61.0))]:
+        grads = run(jax.grad(lambda x, y: pick(_both_of_two_carries(x, y)), (0, 1)), 5.0, 3.0)
+        assert [float(g) for g in grads] == list(want)
