@@ -303,12 +303,22 @@ def _both_of_two_carries(x, y):
     return whilst.while_loop(lambda v, _: v < 45.0, lambda v, w: (v * w, v + w), [x, y])
 
 
+def _sum_of_powers(n):
+    """testNestedWhile: n^0 + ... + n^5, each power by an inner loop counted down by a
+    float from the outer loop's carry (both loops unbounded)."""
+    def body(i, total):
+        power = whilst.while_loop(lambda c, _: c > 0, lambda c, v: (c - 1.0, v * n), [i, 1.0])
+        return i - 1.0, total + power[1]
+    return whilst.while_loop(lambda i, _: i >= 0, body, [5.0, 0.0])[1]
+
+
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_tensorflows_while_v2_gradients_with_their_values(mode):
     """TensorFlow's while_v2_test.py values: testSingleLoopVar and testGradientTape
     (x^2 and x^4 from 2), testDoubleDerivative (x^4: 16, 32, 48),
-    testMultipleWhileLoops (x^2 then its square: 32, 48) and testMultipleLoopVars
-    (each result's gradient with respect to x and to y, and of their sum)."""
+    testMultipleWhileLoops (x^2 then its square: 32, 48), testMultipleLoopVars
+    (each result's gradient with respect to x and to y, and of their sum),
+    testCaptureExternalTensorInCond and InBody (18, 9) and testNestedWhile (364, 547)."""
     run = (lambda f, *a: f(*a)) if mode == "eager" else (lambda f, *a: jax.jit(f)(*a))
     assert run(jax.grad(_squared_until(4.0)), 2.0) == 4.0
     fourth = _squared_until(8.0)
@@ -321,3 +331,12 @@ def test_tensorflows_while_v2_gradients_with_their_values(mode):
                        (lambda r: r[0] + r[1], (43.0, 61.0))]:
         grads = run(jax.grad(lambda x, y: pick(_both_of_two_carries(x, y)), (0, 1)), 5.0, 3.0)
         assert [float(g) for g in grads] == list(want)
+    def in_cond(x, y):
+        return whilst.while_loop(lambda v: v + y < 9.0, lambda v: v * 3.0, [x])
+
+    def in_body(x, y):
+        return whilst.while_loop(lambda v: v < 8.0, lambda v: v * y, [x])
+
+    for loop, y in [(in_cond, 1.0), (in_body, 3.0)]:
+        assert [run(loop, 2.0, y), run(jax.grad(loop), 2.0, y)] == [18.0, 9.0]
+    assert [run(_sum_of_powers, 3.0), run(jax.grad(_sum_of_powers), 3.0)] == [364.0, 547.0]
