@@ -33,9 +33,8 @@ Rules that differ from TensorFlow's eager arrays, all those of its XLA path:
   `maximum_iterations`, or by a trip count known at trace time (`i < 2` from
   `i = 0`, `whilst.ir._trip_count.static_trips`), it enters the loop with room for
   that many more elements (one write per step); a loop without such a bound is
-  refused. `stack()`
-  returns every row of the capacity (zeros from `size()` on) and `size()` the
-  highest index written + 1, a traced value after a loop.
+  refused. `stack()` returns every row of the capacity (zeros from `size()` on)
+  and `size()` the highest index written + 1, a traced value after a loop.
 """
 from __future__ import annotations
 

@@ -50,9 +50,9 @@ import re
 
 from whilst.ir._buffers import UNINITIALIZED_ATTR
 from whilst.lowering._ir_walk import is_public, ops_where, public_functions
+from whilst.lowering._iree_barrier_inits import barrier_inits_apart
 from whilst.lowering._iree_bindings import binding_counts, too_many_bindings
 from whilst.lowering._iree_boolean_converts import boolean_converts_selected
-from whilst.lowering._iree_barrier_inits import barrier_inits_apart
 from whilst.lowering._iree_branch_results import constant_branch_results_fenced
 from whilst.lowering._iree_dims import (
     dims_from_arguments, has_dynamic_shapes, known_broadcast_dims, reshapes_as_tensor_reshape,

@@ -29,16 +29,18 @@ def barrier_inits_apart(module) -> None:
     takes it through a barrier of its own instead, in place (module docstring)."""
     from whilst.lowering._iree_ir import ir
 
-    taken = []   # barrier results some loop starts from
+    taken = []   # barrier results the loops before start from
     for loop in ops_where(module, lambda op: op.name == "stablehlo.while"):
+        starts = []
         for number, value in enumerate(list(loop.operands)):
             owner = value.owner
             if isinstance(owner, ir.Block) or owner.name != "stablehlo.optimization_barrier":
                 continue
             if not any(value == t for t in taken):
-                taken.append(value)
+                starts.append(value)
                 continue
             with ir.InsertionPoint(loop), loop.location:
                 own = ir.Operation.create("stablehlo.optimization_barrier",
                                           results=[value.type], operands=[value])
             loop.operands[number] = own.results[0]
+        taken.extend(starts)
