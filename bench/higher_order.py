@@ -4,7 +4,9 @@ Loops: TensorFlow's testIteratedGradients, `y <- cos(y)` while `i < 2`, one floa
 `maximum_iterations` (its trip count, known at trace time, bounds it, and reverse mode
 inlines its two steps: straight-line derivatives), the same loop counted by a
 float, `t < 2.0` (no bound known: reverse mode runs the default budget's chunks),
-and a pair of the float-counted loops, one inside the other (`--loops pair`).
+a pair of the float-counted loops, one inside the other (`--loops pair`), and
+the int-counted loop pushing onto a list (`--loops list`: TensorFlow's
+testIteratedGradientsWithList).
 For each loop and order k it builds `jax.grad` k times and prints, in this process:
 the seconds to trace and lower under `jax.jit`, to compile with XLA, and to run
 eagerly (a first call: trace, compile and run); the `stablehlo.while` ops of the
@@ -24,8 +26,8 @@ seconds and call time of each, and their ratios (calls measured interleaved).
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
-    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float pair] [--iree]
-                                           [--json OUT.json]
+    .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float pair list]
+                                           [--iree] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -64,10 +66,27 @@ def cos_pair_unrolled(x):
     return cos_twice_unrolled(cos_twice_unrolled(x))
 
 
+def cos_twice_listed(x):
+    """TensorFlow's testIteratedGradientsWithList: the loop pushing each step's `y` onto a
+    list (a dynamic TensorArray, its room the trip count known at trace time), and
+    `y + sum(list)`."""
+    def body(i, y, pushed):
+        return i + 1, jnp.cos(y), pushed.write(i, y)
+    _, y, pushed = whilst.while_loop(
+        lambda i, y, pushed: i < 2, body,
+        [0, x, whilst.TensorArray(jnp.float32, size=0, dynamic_size=True)])
+    return y + jnp.sum(pushed.stack())
+
+
+def cos_twice_listed_unrolled(x):
+    return jnp.cos(jnp.cos(x)) + x + jnp.cos(x)
+
+
 LOOPS = {   # name: (the loop, the loop unrolled in Python)
     "int": (cos_twice, cos_twice_unrolled),
     "float": (cos_twice_float, cos_twice_unrolled),
     "pair": (cos_pair, cos_pair_unrolled),
+    "list": (cos_twice_listed, cos_twice_listed_unrolled),
 }
 
 
