@@ -246,6 +246,22 @@ def test_a_trip_count_known_at_trace_time_gives_dynamic_arrays_their_room(loop):
     assert int(out.size()) == 4
 
 
+def test_a_trip_count_that_cannot_be_read_is_the_refusals_cause():
+    """A dynamic array that nested loops both grow: its room cannot come from the outer
+    loop's trip count (the body, traced with room for one element, grows the array),
+    so the loop is refused, with the tracing error as the refusal's cause."""
+    def outer(j, ta):
+        inner = whilst.while_loop(lambda i, ta: i < 2,
+                                  lambda i, ta: (i + 1, ta.write(2 * j + i, 1.0)), [0, ta])
+        return j + 1, inner[1]
+
+    ta = TensorArray(jnp.float32, size=0, dynamic_size=True, element_shape=())
+    with pytest.raises(ValueError, match=r"loop_vars\[1\] is a TensorArray with "
+                       r"dynamic_size=True.*this loop has neither") as refused:
+        whilst.while_loop(lambda j, ta: j < 2, outer, [0, ta])
+    assert "whilst loops keep fixed shapes" in str(refused.value.__cause__)
+
+
 def test_element_shape_is_taken_from_the_body_or_asked_for():
     ta = TensorArray(jnp.float32, size=3)
     out = whilst.lax.while_loop(

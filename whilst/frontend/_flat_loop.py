@@ -83,14 +83,10 @@ def known_trips(cond, body, leaves, *, bound, starts, name, api, cond_name) -> i
     counter from a start to a limit known at trace time (`static_trips`), else
     None: the loop traced here, apart from the one `flat_while_loop` binds (a
     frontend that sizes its carry by the trip count, before the loop is traced
-    for that carry). Tracing errors are left to `flat_while_loop` to report."""
+    for that carry). Raises what tracing `cond` or `body` raises."""
     keys = KeyLeaves(leaves)
     flat_cond, flat_body = _counted(cond, body, keys, api, cond_name)
-    try:
-        _, traced = _trace(flat_cond, flat_body, keys.raw(leaves), lambda *_: None, bound,
-                           name)
-    except Exception:  # noqa: BLE001 -- the loop itself reports it, when it is traced
-        return None
+    _, traced = _trace(flat_cond, flat_body, keys.raw(leaves), lambda *_: None, bound, name)
     return static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
                         len(traced.body_consts), starts)
 

@@ -145,16 +145,22 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     loop for eager calls, `_flat_loop`)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
-    room = checks.bound_operand(maximum_iterations)[1]
+    room, unread = checks.bound_operand(maximum_iterations)[1], None
     if room is None and has_dynamic_arrays(init_val):
         # A trip count known at trace time bounds the loop as maximum_iterations would:
         # its dynamic arrays get room for that many more elements.
-        traced = _FlatLoop(cond_fun, body_fun, arrays_for_loop(init_val, "init_val", 1, api,
-                                                               body_fun), api)
-        room = known_trips(traced.cond, traced.body, traced.init, bound=bound,
-                           starts=traced.starts, name=name, api=api, cond_name="cond_fun")
-    loop = _FlatLoop(cond_fun, body_fun, arrays_for_loop(init_val, "init_val", room, api,
-                                                         body_fun), api)
+        try:
+            traced = _FlatLoop(cond_fun, body_fun, arrays_for_loop(
+                init_val, "init_val", 1, api, body_fun), api)
+            room = known_trips(traced.cond, traced.body, traced.init, bound=bound,
+                               starts=traced.starts, name=name, api=api, cond_name="cond_fun")
+        except Exception as error:  # noqa: BLE001 -- the cause of the refusal below
+            unread = error
+    try:
+        init_val = arrays_for_loop(init_val, "init_val", room, api, body_fun)
+    except ValueError as refusal:
+        raise refusal from unread
+    loop = _FlatLoop(cond_fun, body_fun, init_val, api)
     outs = flat_while_loop(loop.cond, loop.body, loop.init, loop.check_carry, bound=bound,
                            options=options, name=name, api=api, cond_name="cond_fun",
                            starts=loop.starts, cache_key=cache_key and (*cache_key, loop.tree))

@@ -85,14 +85,21 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
-    room = checks.bound_operand(maximum_iterations)[1]
+    room, unread = checks.bound_operand(maximum_iterations)[1], None
     if room is None and has_dynamic_arrays(loop_vars):
         # `i < 2` from `i = 0` bounds a loop as maximum_iterations=2 would: its dynamic
         # arrays get room for that many more elements.
-        traced = _FlatLoop(cond, body, _with_room(body, loop_vars, 1), shape_invariants)
-        room = known_trips(traced.cond, traced.body, traced.leaves, bound=bound,
-                           starts=traced.starts, name=name, api="while_loop", cond_name="cond")
-    loop_vars = _with_room(body, loop_vars, room)
+        try:
+            traced = _FlatLoop(cond, body, _with_room(body, loop_vars, 1), shape_invariants)
+            room = known_trips(traced.cond, traced.body, traced.leaves, bound=bound,
+                               starts=traced.starts, name=name, api="while_loop",
+                               cond_name="cond")
+        except Exception as error:  # noqa: BLE001 -- the cause of the refusal below
+            unread = error
+    try:
+        loop_vars = _with_room(body, loop_vars, room)
+    except ValueError as refusal:
+        raise refusal from unread
     loop = _FlatLoop(cond, body, loop_vars, shape_invariants)
     outs = flat_while_loop(loop.cond, loop.body, loop.leaves, loop.check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
