@@ -1,5 +1,6 @@
-"""TensorFlow's while-loop gradient tests (control_flow_ops_py_test.py), restated with
-their programs and asserted values, eagerly and under jax.jit."""
+"""TensorFlow's while-loop gradient tests (control_flow_ops_py_test.py and
+while_v2_test.py), restated with their programs and asserted values, eagerly and under
+jax.jit."""
 import collections
 
 import jax
@@ -12,8 +13,11 @@ import whilst
 W = whilst.while_loop
 
 
-def _squared(v):
-    return W(lambda v: v < 100.0, jnp.square, [v])
+def _squared_until(limit):
+    return lambda x: W(lambda v: v < limit, jnp.square, [x])
+
+
+_squared = _squared_until(100.0)
 
 
 def _doubled(x, steps):
@@ -96,3 +100,48 @@ def test_tensorflows_while_gradient_values(name, mode):
     got = program() if mode == "eager" else jax.jit(program)()
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
                                rtol=1e-6)
+
+
+def _both_of_two_carries(x, y):
+    """testMultipleLoopVars: `while v < 45: v, w = v * w, v + w` from (5, 3) ends at
+    (120, 23) = (y x^2 + x y^2, x y + x + y)."""
+    return W(lambda v, _: v < 45.0, lambda v, w: (v * w, v + w), [x, y])
+
+
+def _sum_of_powers(n):
+    """testNestedWhile: n^0 + ... + n^5, each power by an inner loop counted down by a
+    float from the outer loop's carry (both loops unbounded)."""
+    def body(i, total):
+        power = W(lambda c, _: c > 0, lambda c, v: (c - 1.0, v * n), [i, 1.0])
+        return i - 1.0, total + power[1]
+    return W(lambda i, _: i >= 0, body, [5.0, 0.0])[1]
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_tensorflows_while_v2_gradients_with_their_values(mode):
+    """TensorFlow's while_v2_test.py values: testSingleLoopVar and testGradientTape
+    (x^2 and x^4 from 2), testDoubleDerivative (x^4: 16, 32, 48),
+    testMultipleWhileLoops (x^2 then its square: 32, 48), testMultipleLoopVars
+    (each result's gradient with respect to x and to y, and of their sum),
+    testCaptureExternalTensorInCond and InBody (18, 9) and testNestedWhile (364, 547)."""
+    run = (lambda f, *a: f(*a)) if mode == "eager" else (lambda f, *a: jax.jit(f)(*a))
+    assert run(jax.grad(_squared_until(4.0)), 2.0) == 4.0
+    fourth = _squared_until(8.0)
+    assert [run(f, 2.0) for f in (fourth, jax.grad(fourth), jax.grad(jax.grad(fourth)))] == [
+        16.0, 32.0, 48.0]
+    chained = lambda x: _squared_until(16.0)(_squared_until(4.0)(x))  # noqa: E731
+    assert [run(jax.grad(chained), 2.0), run(jax.grad(jax.grad(chained)), 2.0)] == [32.0, 48.0]
+    assert [float(v) for v in run(_both_of_two_carries, 5.0, 3.0)] == [120.0, 23.0]
+    for pick, want in [(lambda r: r[0], (39.0, 55.0)), (lambda r: r[1], (4.0, 6.0)),
+                       (lambda r: r[0] + r[1], (43.0, 61.0))]:
+        grads = run(jax.grad(lambda x, y: pick(_both_of_two_carries(x, y)), (0, 1)), 5.0, 3.0)
+        assert [float(g) for g in grads] == list(want)
+    def in_cond(x, y):
+        return W(lambda v: v + y < 9.0, lambda v: v * 3.0, [x])
+
+    def in_body(x, y):
+        return W(lambda v: v < 8.0, lambda v: v * y, [x])
+
+    for loop, y in [(in_cond, 1.0), (in_body, 3.0)]:
+        assert [run(loop, 2.0, y), run(jax.grad(loop), 2.0, y)] == [18.0, 9.0]
+    assert [run(_sum_of_powers, 3.0), run(jax.grad(_sum_of_powers), 3.0)] == [364.0, 547.0]
