@@ -27,6 +27,7 @@ from whilst.frontend import _traced_loops as traced_loops
 from whilst.frontend._carry_types import trace_body
 from whilst.frontend._checks import check_checkpoint_memory, check_cond_output
 from whilst.frontend._prng_keys import KeyLeaves
+from whilst.frontend.tensor_array import has_dynamic_arrays
 from whilst.ir import COUNTER_AVAL, functional_while, trace_with_consts
 from whilst.ir._trip_count import static_trips
 from whilst.ir.reverse._inlined import inlined_policy
@@ -78,17 +79,31 @@ def flat_while_loop(cond, body, leaves, check_carry, *, bound, options, name, ap
     return keys.wrap(outs)
 
 
-def known_trips(cond, body, leaves, *, bound, starts, name, api, cond_name) -> int | None:
-    """The trip count of `flat_while_loop(cond, body, leaves, ...)` where it steps a
-    counter from a start to a limit known at trace time (`static_trips`), else
-    None: the loop traced here, apart from the one `flat_while_loop` binds (a
-    frontend that sizes its carry by the trip count, before the loop is traced
-    for that carry). Raises what tracing `cond` or `body` raises."""
-    keys = KeyLeaves(leaves)
-    flat_cond, flat_body = _counted(cond, body, keys, api, cond_name)
-    _, traced = _trace(flat_cond, flat_body, keys.raw(leaves), lambda *_: None, bound, name)
-    return static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
-                        len(traced.body_consts), starts)
+def arrays_with_room(loop_vars, room, ready, flat, *, bound, name, api, cond_name):
+    """`ready(loop_vars, room)`: the loop variables with their TensorArrays as they
+    enter a loop of at most `room` (a Python int or None) more steps. Where `room`
+    is None and a dynamic array needs it, the room is the loop's trip count where it
+    steps a counter from a start to a limit known at trace time (`static_trips`),
+    read from the loop traced here with room for one element: `flat(loop_vars)`
+    gives `(cond, body, leaves, starts)` as `flat_while_loop` takes them. A loop
+    whose count is not known is refused by `ready`, with what tracing it raised,
+    if anything, as the refusal's cause."""
+    unread = None
+    if room is None and has_dynamic_arrays(loop_vars):
+        try:
+            cond, body, leaves, starts = flat(ready(loop_vars, 1))
+            keys = KeyLeaves(leaves)
+            flat_cond, flat_body = _counted(cond, body, keys, api, cond_name)
+            _, traced = _trace(flat_cond, flat_body, keys.raw(leaves), lambda *_: None,
+                               bound, name)
+            room = static_trips(traced.cond_jaxpr, traced.cond_consts, traced.body_jaxpr,
+                                len(traced.body_consts), starts)
+        except Exception as error:  # noqa: BLE001 -- the cause of the refusal below
+            unread = error
+    try:
+        return ready(loop_vars, room)
+    except ValueError as refusal:
+        raise refusal from unread
 
 
 def _counted(cond, body, keys, api, cond_name):

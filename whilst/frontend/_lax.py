@@ -9,9 +9,9 @@ from jax import lax
 
 from whilst._jax_compat import is_concrete
 from whilst.frontend import _checks as checks
-from whilst.frontend._flat_loop import flat_while_loop, known_trips
+from whilst.frontend._flat_loop import arrays_with_room, flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output
-from whilst.frontend.tensor_array import arrays_for_loop, has_dynamic_arrays
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond_fun, body_fun, init_val, *, maximum_iterations=None, unroll=None,
@@ -145,21 +145,13 @@ def _while(cond_fun, body_fun, init_val, maximum_iterations, unroll, checkpoints
     loop for eager calls, `_flat_loop`)."""
     bound, options = checks.loop_options(maximum_iterations, unroll, checkpoints,
                                          gradient_memory)
-    room, unread = checks.bound_operand(maximum_iterations)[1], None
-    if room is None and has_dynamic_arrays(init_val):
-        # A trip count known at trace time bounds the loop as maximum_iterations would:
-        # its dynamic arrays get room for that many more elements.
-        try:
-            traced = _FlatLoop(cond_fun, body_fun, arrays_for_loop(
-                init_val, "init_val", 1, api, body_fun), api)
-            room = known_trips(traced.cond, traced.body, traced.init, bound=bound,
-                               starts=traced.starts, name=name, api=api, cond_name="cond_fun")
-        except Exception as error:  # noqa: BLE001 -- the cause of the refusal below
-            unread = error
-    try:
-        init_val = arrays_for_loop(init_val, "init_val", room, api, body_fun)
-    except ValueError as refusal:
-        raise refusal from unread
+    # A trip count known at trace time bounds the loop as maximum_iterations would:
+    # its dynamic arrays get room for that many more elements.
+    init_val = arrays_with_room(
+        init_val, checks.bound_operand(maximum_iterations)[1],
+        lambda init_val, room: arrays_for_loop(init_val, "init_val", room, api, body_fun),
+        lambda init_val: _FlatLoop(cond_fun, body_fun, init_val, api).traced,
+        bound=bound, name=name, api=api, cond_name="cond_fun")
     loop = _FlatLoop(cond_fun, body_fun, init_val, api)
     outs = flat_while_loop(loop.cond, loop.body, loop.init, loop.check_carry, bound=bound,
                            options=options, name=name, api=api, cond_name="cond_fun",
@@ -190,6 +182,11 @@ class _FlatLoop:
         self.cond, self.body, self.init, self.tree = flat_cond, flat_body, init, tree
         self.check_carry = functools.partial(_check_types, api, paths)
         self.starts = [x for _, x in leaves_with_paths]
+
+    @property
+    def traced(self):
+        """`(cond, body, leaves, starts)`, as `arrays_with_room` takes them."""
+        return self.cond, self.body, self.init, self.starts
 
 
 def _body_output(out, tree, paths, init, api):

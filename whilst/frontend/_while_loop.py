@@ -5,9 +5,9 @@ import jax
 from jax import lax
 
 from whilst.frontend import _checks as checks
-from whilst.frontend._flat_loop import flat_while_loop, known_trips
+from whilst.frontend._flat_loop import arrays_with_room, flat_while_loop
 from whilst.frontend._prng_keys import check_output as check_key_output, is_key
-from whilst.frontend.tensor_array import arrays_for_loop, has_dynamic_arrays
+from whilst.frontend.tensor_array import arrays_for_loop
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -85,21 +85,13 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
                                       swap_memory, maximum_iterations, unroll, checkpoints,
                                       gradient_memory)
     name = "while" if name is None else str(name)
-    room, unread = checks.bound_operand(maximum_iterations)[1], None
-    if room is None and has_dynamic_arrays(loop_vars):
-        # `i < 2` from `i = 0` bounds a loop as maximum_iterations=2 would: its dynamic
-        # arrays get room for that many more elements.
-        try:
-            traced = _FlatLoop(cond, body, _with_room(body, loop_vars, 1), shape_invariants)
-            room = known_trips(traced.cond, traced.body, traced.leaves, bound=bound,
-                               starts=traced.starts, name=name, api="while_loop",
-                               cond_name="cond")
-        except Exception as error:  # noqa: BLE001 -- the cause of the refusal below
-            unread = error
-    try:
-        loop_vars = _with_room(body, loop_vars, room)
-    except ValueError as refusal:
-        raise refusal from unread
+    # `i < 2` from `i = 0` bounds a loop as maximum_iterations=2 would: its dynamic
+    # arrays get room for that many more elements.
+    loop_vars = arrays_with_room(
+        loop_vars, checks.bound_operand(maximum_iterations)[1],
+        lambda loop_vars, room: _with_room(body, loop_vars, room),
+        lambda loop_vars: _FlatLoop(cond, body, loop_vars, shape_invariants).traced,
+        bound=bound, name=name, api="while_loop", cond_name="cond")
     loop = _FlatLoop(cond, body, loop_vars, shape_invariants)
     outs = flat_while_loop(loop.cond, loop.body, loop.leaves, loop.check_carry, bound=bound,
                            options=options, name=name, api="while_loop", cond_name="cond",
@@ -141,6 +133,11 @@ class _FlatLoop:
         self.cond, self.body, self.check_carry = flat_cond, flat_body, check_carry
         self.leaves, self.in_tree = leaves, in_tree
         self.starts = [x for _, x in leaves_with_paths]
+
+    @property
+    def traced(self):
+        """`(cond, body, leaves, starts)`, as `arrays_with_room` takes them."""
+        return self.cond, self.body, self.leaves, self.starts
 
 
 def _check_arguments(cond, body, loop_vars, parallel_iterations, swap_memory,
