@@ -160,3 +160,14 @@ def tanh_loss_oracle(x, w, n):
     for i in range(int(n)):
         x = tanh_step(w, jnp.int32(i), x)
     return jnp.sum(x ** 2)
+
+
+def chunk_steps(f, *args) -> set:
+    """The steps per chunk of each While over a budget's chunks in `f`'s jaxpr."""
+    import jax
+
+    from whilst.ir import iter_loops
+
+    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+    return {e.params["gradient"].chunk_steps for e in iter_loops(jaxpr)
+            if hasattr(e.params["gradient"], "chunk_steps")}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import pushing_loop, unrolled
+from helpers import chunk_steps, pushing_loop, unrolled
 from whilst.ir import DEFAULT_GRADIENT_MEMORY, Checkpointed, EveryStep, iter_loops
 from whilst.lowering import unroll_factors
 
@@ -94,13 +94,6 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     assert len(policies) == 27 and sum(isinstance(p, Checkpointed) for p in policies) == 6
 
 
-def _chunk_steps(f, *args):
-    """The steps per chunk of each While over a budget's chunks in `f`'s jaxpr."""
-    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
-    return {e.params["gradient"].chunk_steps for e in iter_loops(jaxpr)
-            if hasattr(e.params["gradient"], "chunk_steps")}
-
-
 @pytest.mark.parametrize("batched", [False, True])
 def test_chunks_take_a_32nd_of_the_budget_per_further_reverse_derivative(batched):
     """The linearize rule sees the next derivatives through the tracers of its
@@ -116,10 +109,10 @@ def test_chunks_take_a_32nd_of_the_budget_per_further_reverse_derivative(batched
         return jax.grad(jax.grad(f))
 
     def a_share(f, x, share):   # the checkpoints' copies take the rest of the share
-        [steps] = _chunk_steps(f, x)
+        [steps] = chunk_steps(f, x)
         return first // (2 * share) < steps <= first // share
 
-    [first] = _chunk_steps(first_of(cos_twice_unbounded), xs if batched else 0.9)
+    [first] = chunk_steps(first_of(cos_twice_unbounded), xs if batched else 0.9)
     assert a_share(second_of(cos_twice_unbounded), 0.9, 32)
     if batched:   # vmap outside every derivative
         assert a_share(jax.vmap(jax.grad(jax.grad(cos_twice_unbounded))), xs, 32)

@@ -116,13 +116,14 @@ HIGHER_ORDER_SHARE = 32
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals,
-                 linearizations: int = 0) -> tuple[int, int]:
+                 linearizations: int = 0, static_bound: int | None = None) -> tuple[int, int]:
     """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
     copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
     budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit, and S is at
     most UNBOUNDED (a loop's most steps). Under `linearizations` more reverse-mode
     derivatives (the rule's primals are their tracers: `jax.grad(jax.grad(f))`),
-    both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`."""
+    both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`. A loop of at most
+    `static_bound` steps gets chunks of one length (`_even_chunks`)."""
     budget //= HIGHER_ORDER_SHARE ** linearizations
     carry_bytes = total_nbytes(carry_avals)
     if carry_bytes is None or steps.row_bytes is None:
@@ -130,7 +131,23 @@ def budget_split(budget: int, carry_avals, steps: StepResiduals,
     carry_bytes = max(carry_bytes, 1)
     K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
     rows = min(max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1), UNBOUNDED)
-    return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K
+    return (_even_chunks(int(rows), static_bound) if rows >= MIN_CHUNK_ROWS else 0), K
+
+
+def _even_chunks(rows: int, static_bound: int | None) -> int:
+    """Steps per chunk, at most `rows`, for a loop of at most `static_bound` steps:
+    as few chunks as cover the bound, all of one length, so that the chunk a loop
+    that runs to its bound ends in (whose rows the forward keeps under jit) is as
+    long as the others, which run again::
+
+        chunks = ceil(static_bound / rows)
+        return ceil(static_bound / chunks)
+
+    `rows` where there is no bound or one chunk covers it."""
+    if static_bound is None or static_bound <= rows:
+        return rows
+    chunks = -(-static_bound // rows)
+    return -(-static_bound // chunks)
 
 
 def _shifted(jaxpr, nconsts, name):

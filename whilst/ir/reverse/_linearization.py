@@ -63,5 +63,5 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come)
+    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come, static_bound)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
