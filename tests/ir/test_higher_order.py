@@ -94,6 +94,34 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     assert len(policies) == 27 and sum(isinstance(p, Checkpointed) for p in policies) == 6
 
 
+def test_the_second_derivative_reads_the_cotangents_of_pushed_rows_in_place():
+    """The second derivative of a stored loop transposes its forward's row pushes: each
+    step reads its row of the cotangent stack, which stays a constant of that
+    gradient While. It was a carry, each step zeroing its row, and XLA copied it whole
+    every step (order 2 took time quadratic in the steps: 11.4 ms at 1000 steps of 64
+    floats, 1.0 ms now). The only stack-sized carry left accumulates the cotangents of
+    the rows the first gradient pops."""
+    n, y0 = 40, jnp.linspace(-1.0, 1.0, 8)
+
+    def loss(y, loop):
+        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
+        if loop:
+            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n)[1]
+        else:
+            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
+        return jnp.sum(y ** 3)
+
+    def second(loop):
+        return jax.grad(lambda y: jnp.sum(jax.grad(loss)(y, loop) ** 2))
+
+    np.testing.assert_allclose(jax.jit(second(True))(y0), second(False)(y0), rtol=2e-5)
+    jaxpr = jax.make_jaxpr(second(True))(y0).jaxpr
+    carries = [e.outvars[1:len(e.outvars) - e.params["accumulators"]]  # not its pushes
+               for e in iter_loops(jaxpr) if e.params["role"] == "gradient"]
+    stacks_carried = [v.aval.shape for vs in carries for v in vs if v.aval.ndim == 2]
+    assert len(stacks_carried) == 1, stacks_carried
+
+
 @pytest.mark.parametrize("batched", [False, True])
 def test_chunks_take_a_32nd_of_the_budget_per_further_reverse_derivative(batched):
     """The linearize rule sees the next derivatives through the tracers of its

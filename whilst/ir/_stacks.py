@@ -28,7 +28,12 @@ contrast, fail in iree-compile 3.13.
 
 `explicit_form` rewrites such a loop into the equivalent one whose body
 indexes the stacks itself (stacks as carries); the rules that have no
-stack-aware version (jvp, linearize, batching with per-lane pops) use it.
+stack-aware version (jvp, linearize, batching with per-lane pops) use it. Its
+body pushes with `push_row`, a `dynamic_update_slice` onto a row that holds no
+value yet, whose transpose reads the row's cotangent and leaves the stack's as
+it is: a gradient While then takes the cotangents of a loop's pushes as a
+constant rather than carrying and rewriting them (XLA copied such a carry whole
+every step).
 """
 from __future__ import annotations
 
@@ -38,10 +43,13 @@ import jax
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from whilst._jax_compat import split_list
 
 from whilst.ir._buffers import uninitialized
+from whilst.ir._rewrite import into_control_flow, rewrite_equations
 from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
 from whilst.ir._vma import varying, vary, with_varying
 
@@ -116,6 +124,71 @@ def write_rows(stacks, rows, index):
             for s, r in zip(stacks, rows)]
 
 
+push_row_p = Primitive("push_row")
+
+
+def push_rows(stacks, rows, index):
+    """`s[index] = r` for each stack whose row `index` holds no value yet (each step
+    of a loop pushes rows of its own onto stacks that start `uninitialized`): one
+    in-place `dynamic_update_slice` each. Transposed, `ct_r = ct_s[index]` and the
+    stack's cotangent passes on unchanged: row `index` held no value that has one."""
+    return [push_row_p.bind(s, vary(r.astype(s.dtype)[None], varying(s)),
+                            *_row_index(index, s))
+            for s, r in zip(stacks, rows)]
+
+
+def _push_row_jvp(primals, tangents):
+    stack, row, *index = primals
+    dstack, drow = tangents[:2]
+    out = push_row_p.bind(stack, row, *index)
+    if type(dstack) is ad.Zero and type(drow) is ad.Zero:
+        return out, ad.Zero(jax.typeof(out).to_tangent_aval())
+    dstack, drow = (ad.instantiate_zeros(t) for t in (dstack, drow))
+    return out, push_row_p.bind(dstack, drow, *index)
+
+
+def _push_row_transpose(ct, stack, row, *index):
+    row_aval = row.aval if ad.is_undefined_primal(row) else jax.typeof(row)
+    if type(ct) is ad.Zero:
+        ct_row = ad.Zero(row_aval.to_tangent_aval())
+    else:
+        ct_row = lax.dynamic_slice_p.bind(ct, *index, slice_sizes=row_aval.shape)
+    return [ct if ad.is_undefined_primal(stack) else None,
+            ct_row if ad.is_undefined_primal(row) else None, *[None] * len(index)]
+
+
+def _push_row_batched(args, dims):
+    stack, row, *index = args
+    sdim, rdim, *idims = dims
+    if any(d is not None for d in idims):
+        return batching.primitive_batchers[lax.dynamic_update_slice_p](args, dims)
+    size = stack.shape[sdim] if sdim is not None else row.shape[rdim]
+    stack = batching.bdim_at_front(stack, sdim, size)
+    row = batching.bdim_at_front(row, rdim, size)
+    zero = vary(lax.full((), 0, np.int32), varying(stack))
+    return push_row_p.bind(stack, row, zero, *index), 0
+
+
+push_row_p.def_impl(lambda *args: lax.dynamic_update_slice_p.bind(*args))
+push_row_p.def_abstract_eval(lambda stack, row, *index: stack)
+ad.primitive_jvps[push_row_p] = _push_row_jvp
+ad.primitive_transposes[push_row_p] = _push_row_transpose
+batching.primitive_batchers[push_row_p] = _push_row_batched
+mlir.register_lowering(push_row_p, mlir.lower_fun(
+    lambda *args: lax.dynamic_update_slice_p.bind(*args), multiple_results=False))
+
+
+def pushes_as_updates(jaxpr):
+    """`jaxpr` with every `push_row` a `dynamic_update_slice` (also inside cond,
+    scan and while), for the export rewrites, which know the latter; the same
+    object when it has none."""
+    def rule(eqn):
+        if eqn.primitive is push_row_p:
+            return lambda *args: lax.dynamic_update_slice_p.bind(*args)
+        return None
+    return rewrite_equations(jaxpr, into_control_flow(rule), "pushes_as_updates")
+
+
 def split_pops(body_consts, pops: int):
     """`body_consts -> (consts, popped)`."""
     return split_list(list(body_consts), [len(body_consts) - pops])
@@ -143,7 +216,7 @@ def explicit_form(operands, params: dict):
         rows_in = read_rows(popped, bound_in[0] - 1 + sp.pop_pad - i) if sp.pops else []
         outs = call(body_jaxpr, *cs, *rows_in, i, *xs)
         new_xs, rows_out = split_list(outs, [ncarry])
-        return [*new_xs, *write_rows(stacks, rows_out, i + sp.row_offset)]
+        return [*new_xs, *push_rows(stacks, rows_out, i + sp.row_offset)]
 
     def cond(*args):
         cs, (i,), xs, _ = split_list(args, [ncc, 1, ncarry])

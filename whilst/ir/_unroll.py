@@ -57,9 +57,10 @@ BRANCHES = frozenset({"cond"})
 # Small arrays are indexed by one-hot selects instead (`_onehot.py`); residual
 # stacks are pushed and popped by the loop itself (`_stacks.py`); neither
 # counts here.
-DYNAMIC_INDEXING = frozenset({"dynamic_slice", "dynamic_update_slice", "gather", "scatter",
-                              "scatter-add", "scatter_add", "scatter-mul", "scatter_mul",
-                              "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
+IN_PLACE_UPDATES = frozenset({"dynamic_update_slice", "push_row"})  # operand, update, *index
+DYNAMIC_INDEXING = IN_PLACE_UPDATES | frozenset({
+    "dynamic_slice", "gather", "scatter", "scatter-add", "scatter_add", "scatter-mul",
+    "scatter_mul", "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
 
 
 def unroll_factor(cond_jaxpr, body_jaxpr, unroll) -> int:
@@ -174,7 +175,7 @@ def _all_vars(jaxpr: Jaxpr):
 def _indexes_at_computed_position(jaxpr: Jaxpr) -> bool:
     """Whether `jaxpr` has a `DYNAMIC_INDEXING` op whose position is not a literal."""
     for eqn in jaxpr.eqns:
-        first_index = 2 if eqn.primitive.name == "dynamic_update_slice" else 1
+        first_index = 2 if eqn.primitive.name in IN_PLACE_UPDATES else 1
         if eqn.primitive.name in DYNAMIC_INDEXING and not all(
                 isinstance(v, Literal) for v in eqn.invars[first_index:]):
             return True
@@ -223,7 +224,7 @@ def _work(jaxpr: Jaxpr) -> int:
             total += sum(map(_work, subs))
             continue
         out = sum(int(np.prod(v.aval.shape, dtype=np.int64)) for v in eqn.outvars)
-        if eqn.primitive.name == "dynamic_update_slice":  # in place: the update's size
+        if eqn.primitive.name in IN_PLACE_UPDATES:  # in place: the update's size
             out = int(np.prod(eqn.invars[1].aval.shape, dtype=np.int64))
         if eqn.primitive.name == "dot_general":
             (contract, _), _ = eqn.params["dimension_numbers"]
