@@ -122,6 +122,35 @@ def test_the_second_derivative_reads_the_cotangents_of_pushed_rows_in_place():
     assert len(stacks_carried) == 1, stacks_carried
 
 
+def test_a_loop_that_stored_its_rows_stores_every_step_when_differentiated_again():
+    """40 steps of 8 floats in a budget of 2000 bytes: the first derivative stores the
+    rows (1280 bytes), so its forward pushes them; the second stores every step of
+    that forward too. It cut it into chunks, whose checkpoints held the pushed stacks:
+    here a checkpoint schedule over single steps (Checkpointed), 18.7 s a call at 3000
+    steps of 64 floats in the default budget, 3.9 ms now."""
+    n, y0 = 40, jnp.linspace(-1.0, 1.0, 8)
+
+    def loss(y, loop):
+        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
+        if loop:
+            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n,
+                                  gradient_memory=2000)[1]
+        else:
+            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
+        return jnp.sum(y ** 3)
+
+    def second(loop):
+        return jax.grad(lambda y: jnp.sum(jax.grad(loss)(y, loop) ** 2))
+
+    first = jax.make_jaxpr(jax.grad(lambda y: loss(y, True)))(y0).jaxpr
+    assert [e.params["accumulators"] for e in iter_loops(first)] == [1, 0]
+    policies = [e.params["gradient"] for e in iter_loops(jax.make_jaxpr(second(True))(y0).jaxpr)]
+    assert policies == [EveryStep()] * 4
+    want = second(False)(y0)
+    np.testing.assert_allclose(second(True)(y0), want, rtol=2e-5)
+    np.testing.assert_allclose(jax.jit(second(True))(y0), want, rtol=2e-5)
+
+
 @pytest.mark.parametrize("batched", [False, True])
 def test_chunks_take_a_32nd_of_the_budget_per_further_reverse_derivative(batched):
     """The linearize rule sees the next derivatives through the tracers of its

@@ -3,7 +3,9 @@ policy (`_policy.py`)::
 
     if the loop pushes or pops rows itself (reverse mode of a gradient, or of a
     forward While with accumulators):
-        the same, on its explicit form (_stacks.py)
+        the same, on its explicit form (_stacks.py), with EveryStep() for a loop
+        that pushes and has a static bound: it stored every step's rows, which its
+        next rows are in proportion to, and chunks of it would checkpoint its stacks
     elif policy is Inlined(steps) (a few steps, known at trace time):
         inlined_linearize(...)               # _inlined.py: straight-line steps
     elif policy stores every step (`stores_every_step`: EveryStep(), Checkpointed(K) with
@@ -26,7 +28,7 @@ from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir.reverse._inlined import inlined_linearize
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
-from whilst.ir.reverse._policy import Checkpointed, Inlined, stores_every_step
+from whilst.ir.reverse._policy import Checkpointed, EveryStep, Inlined, stores_every_step
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
 from whilst.ir._tracing import tracing_for
 
@@ -42,6 +44,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
     """The rule, for a loop differentiated `to_come` more times in reverse mode."""
     if StackParams.of(params).any:
         operands, new_params = explicit_form(primals, params)
+        if params["accumulators"] and params["static_bound"] is not None:
+            new_params["gradient"] = EveryStep()
         new_stacks = operands[len(operands) - params["accumulators"]:]
         out, out_nz, residuals, linearized = _linearization(
             to_come, is_vjp, explicit_layout(params, nzs, [False] * len(new_stacks)),

@@ -23,9 +23,11 @@ A loop's policy is one frozen value, the `gradient` parameter of
         the steps inlined, linearized as straight-line code      (_inlined.py)
 
 (`stores_every_step` says which loops store every step.) `EveryStep` is the policy of
-a chunk's loops and of stored gradient and linear Whiles: their bound is a number of
-steps whose rows their loop already stores, so differentiating them again (higher
-orders) stores rows in proportion to those, with no schedule and no chunks of its own.
+a chunk's loops and of stored gradient and linear Whiles, and that of a stored
+forward While (one that pushes its rows) when differentiated again: their bound is a
+number of steps whose rows their loop already stores, so differentiating them again
+(higher orders) stores rows in proportion to those, with no schedule and no chunks of
+its own.
 
 The budget's loop over chunks is `ChunkedLoop(K, ...)`: checkpointed, and saying which
 of its results are the stacks of a chunk's stored rows (what `residual_report` lists).
