@@ -23,11 +23,17 @@ With `--iree`, each derivative of the loops is also compiled by `whilst.compile`
 called on IREE local-sync, beside the same derivative of the unrolled loop: compile
 seconds and call time of each, and their ratios (calls measured interleaved).
 
+With `--lengths N ...`, the second derivative (`jax.grad` of the squared norm of
+`jax.grad`) of a loop of 64 floats, `y <- y + 0.001 sin(3 y)` for N steps, under
+`jax.jit`: whilst's loop with `maximum_iterations=N` and without a bound (counted by
+a float), against the same steps in `lax.scan` (calls measured interleaved, one
+process): call time and ratio to the scan, values checked against it.
+
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
     .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float pair list]
-                                           [--iree] [--json OUT.json]
+                                           [--iree] [--lengths N ...] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -167,14 +173,69 @@ def on_iree(loops, orders, x):
     return results
 
 
+def wide_step(y):
+    return y + 0.001 * jnp.sin(3.0 * y)
+
+
+def wide_loss(y, n, form):
+    """sum(y_n ** 2) after n steps of `wide_step`: whilst's loop `bounded` by n or
+    `unbounded` (counted by a float), or `scan`."""
+    if form == "scan":
+        y = jax.lax.scan(lambda y, _: (wide_step(y), None), y, None, length=n)[0]
+    elif form == "bounded":
+        y = whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, wide_step(y)), [0, y],
+                              maximum_iterations=n)[1]
+    else:
+        y = whilst.while_loop(lambda t, y: t < n, lambda t, y: (t + 1.0, wide_step(y)),
+                              [0.0, y])[1]
+    return jnp.sum(y ** 2)
+
+
+def second_derivative_lengths(lengths):
+    """Rows `[n, scan call, bounded call, ratio, unbounded call, ratio]` (see the
+    module docstring)."""
+    y = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+    rows, results = [], []
+    for n in lengths:
+        calls, values = {}, {}
+        for form in ("scan", "bounded", "unbounded"):
+            def first(y, form=form):
+                return jax.grad(wide_loss)(y, float(n) if form == "unbounded" else n, form)
+            f = jax.jit(jax.grad(lambda y, first=first: jnp.sum(first(y) ** 2)))
+            values[form] = np.asarray(f(y))
+            calls[form] = lambda f=f: jax.block_until_ready(f(y))
+        for form in ("bounded", "unbounded"):
+            np.testing.assert_allclose(values[form], values["scan"], rtol=2e-4, atol=1e-6)
+        timings = measure(calls, budget_s=1.0)
+        t = {form: timings[form].median for form in calls}
+        rows.append([n, fmt_time(t["scan"]), fmt_time(t["bounded"]),
+                     fmt_ratio(t["bounded"] / t["scan"]), fmt_time(t["unbounded"]),
+                     fmt_ratio(t["unbounded"] / t["scan"])])
+        results.append(dict(n=n, scan_s=t["scan"], bounded_s=t["bounded"],
+                            unbounded_s=t["unbounded"]))
+        print(*rows[-1], flush=True)
+    table("second derivative of 64 floats, n steps of y + 0.001 sin(3y) under jax.jit: "
+          "whilst's loop (default policy) against lax.scan (same process)",
+          ["n", "scan", "bounded", "bounded/scan", "unbounded", "unbounded/scan"], rows)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--loops", nargs="+", choices=list(LOOPS), default=["int", "float"])
     parser.add_argument("--iree", action="store_true",
                         help="also compile and run each derivative on IREE local-sync")
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        help="only time the second derivative of a 64-float loop of "
+                             "each length against lax.scan")
     parser.add_argument("--json")
     opts = parser.parse_args()
+    if opts.lengths:
+        results = second_derivative_lengths(opts.lengths)
+        if opts.json:
+            write_json(opts.json, dict(machine=machine(), second_derivative=results))
+        return
     x = np.float32(1.0)
     # The process's first jit pays JAX's own warm-up: not a cost of order 1.
     jax.jit(jax.grad(cos_twice)).lower(x).compile()
