@@ -27,7 +27,10 @@ With `--lengths N ...`, the second derivative (`jax.grad` of the squared norm of
 `jax.grad`) of a loop of 64 floats, `y <- y + 0.001 sin(3 y)` for N steps, under
 `jax.jit`: whilst's loop with `maximum_iterations=N` and without a bound (counted by
 a float), against the same steps in `lax.scan` (calls measured interleaved, one
-process): call time and ratio to the scan, values checked against it.
+process): call time and ratio to the scan, values checked against it. With `--iree`
+too, whilst's two loops compiled by `whilst.compile` and called on IREE local-sync
+(compile seconds, call time, ratio to the scan under jit; where iree-compile fails,
+the last line of whilst's error in place of the seconds).
 
 Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
@@ -191,32 +194,48 @@ def wide_loss(y, n, form):
     return jnp.sum(y ** 2)
 
 
-def second_derivative_lengths(lengths):
-    """Rows `[n, scan call, bounded call, ratio, unbounded call, ratio]` (see the
-    module docstring)."""
+def second_derivative_lengths(lengths, iree=False):
+    """Rows `[n, scan call, then call and ratio to the scan of each whilst form]`
+    (see the module docstring)."""
     y = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+    forms = ["bounded", "unbounded"]
+    timed_forms = forms + [f"{form} iree" for form in forms] * iree
     rows, results = [], []
     for n in lengths:
-        calls, values = {}, {}
-        for form in ("scan", "bounded", "unbounded"):
+        calls, values, compile_s = {}, {}, {}
+        for form in ["scan", *forms]:
             def first(y, form=form):
                 return jax.grad(wide_loss)(y, float(n) if form == "unbounded" else n, form)
-            f = jax.jit(jax.grad(lambda y, first=first: jnp.sum(first(y) ** 2)))
+            second = jax.grad(lambda y, first=first: jnp.sum(first(y) ** 2))
+            f = jax.jit(second)
             values[form] = np.asarray(f(y))
             calls[form] = lambda f=f: jax.block_until_ready(f(y))
-        for form in ("bounded", "unbounded"):
+            if iree and form != "scan":
+                try:
+                    module, compile_s[form] = timed(
+                        lambda: whilst.compile(second, y, cache=False).load("local-sync"))
+                except whilst.CompileError as error:   # the call column says so
+                    compile_s[form] = str(error).splitlines()[-1][:60]
+                    continue
+                values[f"{form} iree"] = np.asarray(module.main(y))
+                calls[f"{form} iree"] = lambda module=module: module.main(y)
+        for form in calls:
             np.testing.assert_allclose(values[form], values["scan"], rtol=2e-4, atol=1e-6)
         timings = measure(calls, budget_s=1.0)
         t = {form: timings[form].median for form in calls}
-        rows.append([n, fmt_time(t["scan"]), fmt_time(t["bounded"]),
-                     fmt_ratio(t["bounded"] / t["scan"]), fmt_time(t["unbounded"]),
-                     fmt_ratio(t["unbounded"] / t["scan"])])
-        results.append(dict(n=n, scan_s=t["scan"], bounded_s=t["bounded"],
-                            unbounded_s=t["unbounded"]))
+        rows.append([n, fmt_time(t["scan"]), *[x for form in timed_forms for x in (
+            (fmt_time(t[form]), fmt_ratio(t[form] / t["scan"])) if form in t
+            else ("failed", ""))],
+            *[s if isinstance(s, str) else f"{s:.1f}" for s in compile_s.values()]])
+        results.append(dict(n=n, scan_s=t["scan"], **{f"{form}_s": t.get(form) for form in
+                                                      timed_forms},
+                            **{f"{form} iree compile_s": s for form, s in compile_s.items()}))
         print(*rows[-1], flush=True)
-    table("second derivative of 64 floats, n steps of y + 0.001 sin(3y) under jax.jit: "
-          "whilst's loop (default policy) against lax.scan (same process)",
-          ["n", "scan", "bounded", "bounded/scan", "unbounded", "unbounded/scan"], rows)
+    table("second derivative of 64 floats, n steps of y + 0.001 sin(3y): whilst's loop "
+          "(default policy) under jax.jit (and on IREE local-sync) against lax.scan under "
+          "jax.jit (same process)",
+          ["n", "scan", *[x for form in timed_forms for x in (form, f"{form}/scan")],
+           *[f"{form} iree compile s" for form in forms] * iree], rows)
     return results
 
 
@@ -232,7 +251,7 @@ def main():
     parser.add_argument("--json")
     opts = parser.parse_args()
     if opts.lengths:
-        results = second_derivative_lengths(opts.lengths)
+        results = second_derivative_lengths(opts.lengths, opts.iree)
         if opts.json:
             write_json(opts.json, dict(machine=machine(), second_derivative=results))
         return

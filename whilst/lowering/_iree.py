@@ -19,6 +19,9 @@ Preparation edits the module with IREE's MLIR Python bindings (never text):
     results computed before a loop are returned through a copy made after it
     (`_iree_loops.results_after_loops`), as are results computed from
     constants alone (`_iree_loops.constant_results_copied`);
+  * except for Vulkan, rows added into a buffer of zeros and then into another
+    buffer are added into that buffer in place (`_iree_row_accumulations`): IREE
+    adds the whole buffers;
   * operands of sorts that other ops read are sorted from copies
     (`_iree_sort_operands`), and scatters at one index are not flagged as having
     unique indices (`_iree_one_index_scatters`): IREE miscompiles or rejects both;
@@ -71,6 +74,7 @@ from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
 from whilst.lowering._iree_one_index_scatters import one_index_scatters_not_unique
+from whilst.lowering._iree_row_accumulations import row_accumulations_in_place
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
 from whilst.lowering._iree_sort_operands import sort_operands_copied
 from whilst.lowering._iree_unread_carries import unread_carries_read
@@ -112,6 +116,8 @@ def prepare(exports, targets=None) -> str:
             fusible_small_tensor_code(module)
             distinct_loop_inits(module)
             sort_operands_copied(module)
+            if not vulkan:
+                row_accumulations_in_place(module)
             one_index_scatters_not_unique(module)
             unread_carries_read(module)
             results_after_loops(module)
