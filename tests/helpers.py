@@ -162,6 +162,29 @@ def tanh_loss_oracle(x, w, n):
     return jnp.sum(x ** 2)
 
 
+def sin_steps_loss(loop, n=40, **options):
+    """`y -> sum(y_n ** 3)` after n steps `y = y + 0.1 sin(3 y)`: whilst's loop with
+    `maximum_iterations=n` (and `options`) if `loop`, else the loop in plain Python."""
+    import whilst
+
+    def loss(y):
+        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
+        if loop:
+            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n,
+                                  **options)[1]
+        else:
+            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
+        return jnp.sum(y ** 3)
+    return loss
+
+
+def gradient_of_squared_gradient(f):
+    """`y -> jax.grad(sum(jax.grad(f)(y) ** 2))`: a second derivative of `f`."""
+    import jax
+
+    return jax.grad(lambda y: jnp.sum(jax.grad(f)(y) ** 2))
+
+
 def chunk_steps(f, *args) -> set:
     """The steps per chunk of each While over a budget's chunks in `f`'s jaxpr."""
     import jax

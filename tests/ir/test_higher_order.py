@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import chunk_steps, pushing_loop, unrolled
+from helpers import (chunk_steps, gradient_of_squared_gradient, pushing_loop,
+                     sin_steps_loss, unrolled)
 from whilst.ir import DEFAULT_GRADIENT_MEMORY, Checkpointed, EveryStep, iter_loops
 from whilst.lowering import unroll_factors
 
@@ -101,21 +102,11 @@ def test_the_second_derivative_reads_the_cotangents_of_pushed_rows_in_place():
     every step (order 2 took time quadratic in the steps: 11.4 ms at 1000 steps of 64
     floats, 1.0 ms now). The only stack-sized carry left accumulates the cotangents of
     the rows the first gradient pops."""
-    n, y0 = 40, jnp.linspace(-1.0, 1.0, 8)
-
-    def loss(y, loop):
-        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
-        if loop:
-            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n)[1]
-        else:
-            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
-        return jnp.sum(y ** 3)
-
-    def second(loop):
-        return jax.grad(lambda y: jnp.sum(jax.grad(loss)(y, loop) ** 2))
-
-    np.testing.assert_allclose(jax.jit(second(True))(y0), second(False)(y0), rtol=2e-5)
-    jaxpr = jax.make_jaxpr(second(True))(y0).jaxpr
+    y0 = jnp.linspace(-1.0, 1.0, 8)
+    second = gradient_of_squared_gradient(sin_steps_loss(True))
+    want = gradient_of_squared_gradient(sin_steps_loss(False))(y0)
+    np.testing.assert_allclose(jax.jit(second)(y0), want, rtol=2e-5)
+    jaxpr = jax.make_jaxpr(second)(y0).jaxpr
     carries = [e.outvars[1:len(e.outvars) - e.params["accumulators"]]  # not its pushes
                for e in iter_loops(jaxpr) if e.params["role"] == "gradient"]
     stacks_carried = [v.aval.shape for vs in carries for v in vs if v.aval.ndim == 2]
@@ -128,27 +119,16 @@ def test_a_loop_that_stored_its_rows_stores_every_step_when_differentiated_again
     that forward too. It cut it into chunks, whose checkpoints held the pushed stacks:
     here a checkpoint schedule over single steps (Checkpointed), 18.7 s a call at 3000
     steps of 64 floats in the default budget, 3.9 ms now."""
-    n, y0 = 40, jnp.linspace(-1.0, 1.0, 8)
-
-    def loss(y, loop):
-        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
-        if loop:
-            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n,
-                                  gradient_memory=2000)[1]
-        else:
-            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
-        return jnp.sum(y ** 3)
-
-    def second(loop):
-        return jax.grad(lambda y: jnp.sum(jax.grad(loss)(y, loop) ** 2))
-
-    first = jax.make_jaxpr(jax.grad(lambda y: loss(y, True)))(y0).jaxpr
+    y0 = jnp.linspace(-1.0, 1.0, 8)
+    loss = sin_steps_loss(True, gradient_memory=2000)
+    second = gradient_of_squared_gradient(loss)
+    first = jax.make_jaxpr(jax.grad(loss))(y0).jaxpr
     assert [e.params["accumulators"] for e in iter_loops(first)] == [1, 0]
-    policies = [e.params["gradient"] for e in iter_loops(jax.make_jaxpr(second(True))(y0).jaxpr)]
+    policies = [e.params["gradient"] for e in iter_loops(jax.make_jaxpr(second)(y0).jaxpr)]
     assert policies == [EveryStep()] * 4
-    want = second(False)(y0)
-    np.testing.assert_allclose(second(True)(y0), want, rtol=2e-5)
-    np.testing.assert_allclose(jax.jit(second(True))(y0), want, rtol=2e-5)
+    want = gradient_of_squared_gradient(sin_steps_loss(False))(y0)
+    np.testing.assert_allclose(second(y0), want, rtol=2e-5)
+    np.testing.assert_allclose(jax.jit(second)(y0), want, rtol=2e-5)
 
 
 @pytest.mark.parametrize("batched", [False, True])

@@ -3,13 +3,11 @@ scatter-add (whilst/lowering/_iree_row_accumulations.py): the reproducer's loop
 (iree_limits/zeros_scatter_added.py) rewritten matches numpy, scatters the rule does
 not cover are left alone, and the second derivative of a stored loop, whose gradient
 accumulates so, runs on IREE with jax.grad's values of the loop unrolled in Python."""
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import whilst
-from helpers import unrolled
+from helpers import gradient_of_squared_gradient, sin_steps_loss
 from iree_limits.zeros_scatter_added import STEPS, module
 from whilst._compile import prepare_stage
 from whilst.lowering import compile_flags
@@ -56,21 +54,11 @@ def test_other_scatters_are_left_alone(change):
 
 
 def test_the_second_derivative_of_a_stored_loop_adds_rows_in_place_on_iree():
-    n, y0 = 40, np.linspace(-1.0, 1.0, 8, dtype=np.float32)
-
-    def loss(y, loop):
-        step = lambda i, y: (i + 1, y + 0.1 * jnp.sin(3.0 * y))
-        if loop:
-            y = whilst.while_loop(lambda i, _: i < n, step, [0, y], maximum_iterations=n)[1]
-        else:
-            y = unrolled(lambda i, _: i < n, step, [0, y])[1]
-        return jnp.sum(y ** 3)
-
-    def second(loop):
-        return jax.grad(lambda y: jnp.sum(jax.grad(loss)(y, loop) ** 2))
-
-    exported = whilst.export(second(True), y0)
+    y0 = np.linspace(-1.0, 1.0, 8, dtype=np.float32)
+    second = gradient_of_squared_gradient(sin_steps_loss(True))
+    exported = whilst.export(second, y0)
     assert rewritten(exported.text)[1] >= 1
     assert rewritten(prepare_stage([exported], ("llvm-cpu",)))[1] == 0
-    compiled = whilst.compile(second(True), y0).load("local-sync")
-    np.testing.assert_allclose(np.asarray(compiled.main(y0)), second(False)(y0), rtol=2e-5)
+    compiled = whilst.compile(second, y0).load("local-sync")
+    want = gradient_of_squared_gradient(sin_steps_loss(False))(y0)
+    np.testing.assert_allclose(np.asarray(compiled.main(y0)), want, rtol=2e-5)
