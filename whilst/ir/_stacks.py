@@ -119,8 +119,13 @@ def read_rows(stacks, index):
 
 def write_rows(stacks, rows, index):
     """`s[index] = r` for each stack, as one in-place `dynamic_update_slice` each."""
-    return [lax.dynamic_update_slice_p.bind(s, vary(r.astype(s.dtype)[None], varying(s)),
-                                                *_row_index(index, s))
+    return _rows_written(lax.dynamic_update_slice_p, stacks, rows, index)
+
+
+def _rows_written(primitive, stacks, rows, index):
+    """`primitive` (`dynamic_update_slice` or `push_row`) writing row `index` of each
+    stack."""
+    return [primitive.bind(s, vary(r.astype(s.dtype)[None], varying(s)), *_row_index(index, s))
             for s, r in zip(stacks, rows)]
 
 
@@ -132,9 +137,12 @@ def push_rows(stacks, rows, index):
     of a loop pushes rows of its own onto stacks that start `uninitialized`): one
     in-place `dynamic_update_slice` each. Transposed, `ct_r = ct_s[index]` and the
     stack's cotangent passes on unchanged: row `index` held no value that has one."""
-    return [push_row_p.bind(s, vary(r.astype(s.dtype)[None], varying(s)),
-                            *_row_index(index, s))
-            for s, r in zip(stacks, rows)]
+    return _rows_written(push_row_p, stacks, rows, index)
+
+
+def _as_update(stack, row, *index):
+    """`push_row` as the `dynamic_update_slice` it computes."""
+    return lax.dynamic_update_slice_p.bind(stack, row, *index)
 
 
 def _push_row_jvp(primals, tangents):
@@ -169,13 +177,12 @@ def _push_row_batched(args, dims):
     return push_row_p.bind(stack, row, zero, *index), 0
 
 
-push_row_p.def_impl(lambda *args: lax.dynamic_update_slice_p.bind(*args))
+push_row_p.def_impl(_as_update)
 push_row_p.def_abstract_eval(lambda stack, row, *index: stack)
 ad.primitive_jvps[push_row_p] = _push_row_jvp
 ad.primitive_transposes[push_row_p] = _push_row_transpose
 batching.primitive_batchers[push_row_p] = _push_row_batched
-mlir.register_lowering(push_row_p, mlir.lower_fun(
-    lambda *args: lax.dynamic_update_slice_p.bind(*args), multiple_results=False))
+mlir.register_lowering(push_row_p, mlir.lower_fun(_as_update, multiple_results=False))
 
 
 def pushes_as_updates(jaxpr):
@@ -183,9 +190,7 @@ def pushes_as_updates(jaxpr):
     scan and while), for the export rewrites, which know the latter; the same
     object when it has none."""
     def rule(eqn):
-        if eqn.primitive is push_row_p:
-            return lambda *args: lax.dynamic_update_slice_p.bind(*args)
-        return None
+        return _as_update if eqn.primitive is push_row_p else None
     return rewrite_equations(jaxpr, into_control_flow(rule), "pushes_as_updates")
 
 
