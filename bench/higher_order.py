@@ -27,7 +27,8 @@ With `--lengths N ...`, the second derivative (`jax.grad` of the squared norm of
 `jax.grad`) of a loop of 64 floats, `y <- y + 0.001 sin(3 y)` for N steps, under
 `jax.jit`: whilst's loop with `maximum_iterations=N` and without a bound (counted by
 a float), against the same steps in `lax.scan` (calls measured interleaved, one
-process): call time and ratio to the scan, values checked against it. With `--iree`
+process): call time and ratio to the scan, values checked against it, and XLA's
+temporary bytes of whilst's two (`--gradient-memory B` sets their budget). With `--iree`
 too, whilst's two loops compiled by `whilst.compile` and called on IREE local-sync
 (compile seconds, call time, ratio to the scan under jit; where iree-compile fails,
 the last line of whilst's error in place of the seconds).
@@ -36,7 +37,8 @@ Goals (issue 41): orders 2-4 within 3x of the unrolled loop's time; nested loops
 under 2 s under jit and 5 s eagerly.
 
     .venv/bin/python bench/higher_order.py [--orders 1 2 3] [--loops int float pair list]
-                                           [--iree] [--lengths N ...] [--json OUT.json]
+                                           [--iree] [--lengths N ... [--gradient-memory B]]
+                                           [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -180,34 +182,37 @@ def wide_step(y):
     return y + 0.001 * jnp.sin(3.0 * y)
 
 
-def wide_loss(y, n, form):
+def wide_loss(y, n, form, gradient_memory=None):
     """sum(y_n ** 2) after n steps of `wide_step`: whilst's loop `bounded` by n or
     `unbounded` (counted by a float), or `scan`."""
     if form == "scan":
         y = jax.lax.scan(lambda y, _: (wide_step(y), None), y, None, length=n)[0]
     elif form == "bounded":
         y = whilst.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, wide_step(y)), [0, y],
-                              maximum_iterations=n)[1]
+                              maximum_iterations=n, gradient_memory=gradient_memory)[1]
     else:
         y = whilst.while_loop(lambda t, y: t < n, lambda t, y: (t + 1.0, wide_step(y)),
-                              [0.0, y])[1]
+                              [0.0, y], gradient_memory=gradient_memory)[1]
     return jnp.sum(y ** 2)
 
 
-def second_derivative_lengths(lengths, iree=False):
-    """Rows `[n, scan call, then call and ratio to the scan of each whilst form]`
-    (see the module docstring)."""
+def second_derivative_lengths(lengths, iree=False, gradient_memory=None):
+    """Rows `[n, scan call, then call and ratio to the scan of each whilst form, then
+    XLA's temporaries of each whilst form]` (see the module docstring)."""
     y = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
     forms = ["bounded", "unbounded"]
     timed_forms = forms + [f"{form} iree" for form in forms] * iree
     rows, results = [], []
     for n in lengths:
-        calls, values, compile_s = {}, {}, {}
+        calls, values, compile_s, temps = {}, {}, {}, {}
         for form in ["scan", *forms]:
             def first(y, form=form):
-                return jax.grad(wide_loss)(y, float(n) if form == "unbounded" else n, form)
+                return jax.grad(wide_loss)(y, float(n) if form == "unbounded" else n, form,
+                                           gradient_memory)
             second = jax.grad(lambda y, first=first: jnp.sum(first(y) ** 2))
             f = jax.jit(second)
+            if form != "scan":
+                temps[form] = jax_temp_bytes(f.lower(y).compile())
             values[form] = np.asarray(f(y))
             calls[form] = lambda f=f: jax.block_until_ready(f(y))
             if iree and form != "scan":
@@ -226,16 +231,21 @@ def second_derivative_lengths(lengths, iree=False):
         rows.append([n, fmt_time(t["scan"]), *[x for form in timed_forms for x in (
             (fmt_time(t[form]), fmt_ratio(t[form] / t["scan"])) if form in t
             else ("failed", ""))],
-            *[s if isinstance(s, str) else f"{s:.1f}" for s in compile_s.values()]])
+            *[s if isinstance(s, str) else f"{s:.1f}" for s in compile_s.values()],
+            *map(fmt_bytes, temps.values())])
         results.append(dict(n=n, scan_s=t["scan"], **{f"{form}_s": t.get(form) for form in
                                                       timed_forms},
+                            **{f"{form}_temp_bytes": b for form, b in temps.items()},
                             **{f"{form} iree compile_s": s for form, s in compile_s.items()}))
         print(*rows[-1], flush=True)
+    policy = ("default policy" if gradient_memory is None
+              else f"gradient_memory={gradient_memory}")
     table("second derivative of 64 floats, n steps of y + 0.001 sin(3y): whilst's loop "
-          "(default policy) under jax.jit (and on IREE local-sync) against lax.scan under "
+          f"({policy}) under jax.jit (and on IREE local-sync) against lax.scan under "
           "jax.jit (same process)",
           ["n", "scan", *[x for form in timed_forms for x in (form, f"{form}/scan")],
-           *[f"{form} iree compile s" for form in forms] * iree], rows)
+           *[f"{form} iree compile s" for form in forms] * iree,
+           *[f"{form} XLA temp" for form in forms]], rows)
     return results
 
 
@@ -248,12 +258,16 @@ def main():
     parser.add_argument("--lengths", type=int, nargs="+",
                         help="only time the second derivative of a 64-float loop of "
                              "each length against lax.scan")
+    parser.add_argument("--gradient-memory", type=int,
+                        help="with --lengths: whilst's loops' gradient_memory (bytes; "
+                             "default: the default policy)")
     parser.add_argument("--json")
     opts = parser.parse_args()
     if opts.lengths:
-        results = second_derivative_lengths(opts.lengths, opts.iree)
+        results = second_derivative_lengths(opts.lengths, opts.iree, opts.gradient_memory)
         if opts.json:
-            write_json(opts.json, dict(machine=machine(), second_derivative=results))
+            write_json(opts.json, dict(machine=machine(), gradient_memory=opts.gradient_memory,
+                                       second_derivative=results))
         return
     x = np.float32(1.0)
     # The process's first jit pays JAX's own warm-up: not a cost of order 1.

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 from jax.extend.mlir import ir
 from jax.interpreters import mlir
 
@@ -132,6 +133,34 @@ def test_stacks_and_slots_are_left_unwritten_by_one_op_under_jit_and_empty_in_ex
     # stacks of float and int rows, slots of the float and int loop variables
     assert calls == [(_buffers.UNWRITTEN_CPU_TARGET, ["f32", "f32", "i32", "i32"])], calls
     assert _buffers.UNWRITTEN_CPU_TARGET not in whilst.export(grad, *args).text
+
+
+def test_a_stack_made_in_a_loop_body_is_one_buffer_not_a_copy_per_iteration():
+    """A loop body that makes a stack and fills it in a loop of its own, as the
+    chunk loops of a second derivative do. XLA hoisted the op that leaves it
+    unwritten out of the outer loop (it has no operands) and then copied the hoisted
+    stack whole every iteration, for the inner loop to write in place: two buffers,
+    and a pass over the whole stack per iteration (a 10-step loop's second
+    derivative with `gradient_memory=2**30` took 260 ms). Oracle: the same loops
+    on a stack of zeros."""
+    rows = 4096
+
+    def outer(x, n, make_stack):
+        def body(i, x):
+            def push(j, carry):
+                y, stack = carry
+                return jnp.sin(y), lax.dynamic_update_index_in_dim(stack, jnp.sin(y), j, 0)
+            _, stack = lax.fori_loop(0, n, push, (x, make_stack()))
+            return x + lax.dynamic_index_in_dim(stack, n - 1, 0, keepdims=False)
+        return lax.fori_loop(0, n, body, x)
+
+    aval = jax.ShapeDtypeStruct((rows, 4), np.float32)
+    unwritten = functools.partial(outer, make_stack=lambda: _buffers.uninitialized([aval])[0])
+    compiled = jax.jit(unwritten).lower(X, 5).compile()
+    np.testing.assert_allclose(compiled(X, 5), outer(X, 5, lambda: jnp.zeros(aval.shape)),
+                               rtol=1e-6)
+    stack_bytes = rows * 4 * 4
+    assert compiled.memory_analysis().temp_size_in_bytes < 1.5 * stack_bytes
 
 
 def test_the_poison_shows_a_read(poisoned_stacks):

@@ -76,8 +76,11 @@ def uninitialized_values(ctx, avals, export_fills=None) -> list:
 
 def _unwritten_cpu(ctx, avals) -> list:
     """A custom call of `whilst._uninitialized_cpu`'s handler, which writes nothing
-    into the buffers XLA gives its results (XLA:CPU has no op for that)."""
-    return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET)(
+    into the buffers XLA gives its results (XLA:CPU has no op for that). Marked as
+    having a side effect, so that XLA neither hoists it out of a loop body (it has
+    no operands; the body, writing the hoisted buffers in place, then copied them
+    whole every iteration) nor merges two of them into one buffer."""
+    return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET, has_side_effect=True)(
         ctx.replace(avals_in=[], avals_out=list(avals)))
 
 
