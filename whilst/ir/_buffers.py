@@ -76,11 +76,14 @@ def uninitialized_values(ctx, avals, export_fills=None) -> list:
 
 def _unwritten_cpu(ctx, avals) -> list:
     """A custom call of `whilst._uninitialized_cpu`'s handler, which writes nothing
-    into the buffers XLA gives its results (XLA:CPU has no op for that). Marked as
-    having a side effect, so that XLA neither hoists it out of a loop body (it has
-    no operands; the body, writing the hoisted buffers in place, then copied them
-    whole every iteration) nor merges two of them into one buffer."""
-    return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET, has_side_effect=True)(
+    into the buffers XLA gives its results (XLA:CPU has no op for that). In a
+    program for one device it is marked as having a side effect, so that XLA neither
+    hoists it out of a loop body (it has no operands; the body, writing the hoisted
+    buffers in place, then copied them whole every iteration) nor merges two of them
+    into one buffer. XLA's partitioner cannot replicate an op with a side effect, so
+    a program for several devices keeps the copies."""
+    one_device = getattr(ctx.module_context.axis_context, "num_devices", None) == 1
+    return jax.ffi.ffi_lowering(UNWRITTEN_CPU_TARGET, has_side_effect=one_device)(
         ctx.replace(avals_in=[], avals_out=list(avals)))
 
 
