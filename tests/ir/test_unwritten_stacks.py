@@ -140,9 +140,8 @@ def test_a_stack_made_in_a_loop_body_is_one_buffer_not_a_copy_per_iteration():
     chunk loops of a second derivative do. XLA hoisted the op that leaves it
     unwritten out of the outer loop (it has no operands) and then copied the hoisted
     stack whole every iteration, for the inner loop to write in place: two buffers,
-    and a pass over the whole stack per iteration (a 10-step loop's second
-    derivative with `gradient_memory=2**30` took 260 ms). Oracle: the same loops
-    on a stack of zeros."""
+    and a pass over the whole stack per iteration. Oracle: the same loops on a
+    stack of zeros."""
     rows = 4096
 
     def outer(x, n, make_stack):
