@@ -15,7 +15,10 @@ for a scatter that overwrites, into a constant of zeros, at one index or at indi
 flagged unique (each row written once, so adding them all is adding what the
 overwrite kept), and whose result only the add reads. Not for Vulkan: there the
 corpus's `checkpoint_jvp_and_grad_of_grad` so rewritten gave a wrong value on
-lavapipe (2108.8 for -73.5; cause not found), and the sum stays as it is.
+lavapipe (2108.8 for -73.5), and the sum stays as it is. Its sums are three
+checkpoint slots' cotangents; rewritten one at a time, the one whose accumulator is
+the loop's carry gave the right value, and each of the two whose accumulator is
+another scatter's result a wrong one (cause not found; bench/NOTES.md).
 """
 from __future__ import annotations
 
