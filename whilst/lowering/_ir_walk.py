@@ -34,6 +34,22 @@ def integer_constant(value):
     return ir.IntegerAttr(ir.DenseElementsAttr(owner.attributes["value"]).get_splat_value()).value
 
 
+def flagged_unique_indices(scatter) -> bool:
+    """Whether `scatter` (a `stablehlo.scatter`) is flagged `unique_indices = true`."""
+    from whilst.lowering._iree_ir import ir
+
+    return ("unique_indices" in scatter.attributes
+            and ir.BoolAttr(scatter.attributes["unique_indices"]).value)
+
+
+def scatter_at_one_index(scatter) -> bool:
+    """Whether the indices operand of `scatter` (a `stablehlo.scatter`, its inputs,
+    indices and updates) is a tensor of static shape with one element."""
+    from whilst.lowering._iree_ir import ir
+
+    shaped = ir.RankedTensorType(scatter.operands[len(scatter.operands) // 2].type)
+    return shaped.has_static_shape and all(d == 1 for d in shaped.shape)
+
 def is_public(op) -> bool:
     """Whether a symbol op (a function) has public visibility."""
     vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None

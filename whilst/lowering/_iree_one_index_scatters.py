@@ -27,7 +27,7 @@ dispatch per step.
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import flagged_unique_indices, ops_where, scatter_at_one_index
 
 # Ops whose result is a view of their operand's buffer for IREE: a scatter into one
 # writes into a copy of that buffer's part.
@@ -41,21 +41,11 @@ def one_index_scatters_not_unique(module) -> int:
     from whilst.lowering._iree_ir import ir
 
     scatters = ops_where(module, lambda op: op.name == "stablehlo.scatter"
-                         and "unique_indices" in op.attributes
-                         and ir.BoolAttr(op.attributes["unique_indices"]).value
-                         and _one_element(op.operands[len(op.operands) // 2].type)
+                         and flagged_unique_indices(op) and scatter_at_one_index(op)
                          and not _in_place(op))
     for op in scatters:
         op.attributes["unique_indices"] = ir.BoolAttr.get(False)
     return len(scatters)
-
-
-def _one_element(type_) -> bool:
-    """Whether `type_` is a tensor of static shape with one element."""
-    from whilst.lowering._iree_ir import ir
-
-    shaped = ir.RankedTensorType(type_)
-    return shaped.has_static_shape and all(d == 1 for d in shaped.shape)
 
 
 def _in_place(scatter) -> bool:

@@ -22,7 +22,7 @@ another scatter's result a wrong one (cause not found; bench/NOTES.md).
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import flagged_unique_indices, ops_where, scatter_at_one_index
 
 
 def row_accumulations_in_place(module) -> int:
@@ -57,7 +57,8 @@ def _zeros_scatter_operand(add) -> int | None:
     for k, value in enumerate(add.operands):
         op = value.owner
         if (getattr(op, "name", None) == "stablehlo.scatter" and len(op.operands) == 3
-                and len(list(value.uses)) == 1 and _overwrites(op) and _unique(op)
+                and len(list(value.uses)) == 1 and _overwrites(op)
+                and (flagged_unique_indices(op) or scatter_at_one_index(op))
                 and _zeros(op.operands[0]) and op.result.type == add.result.type):
             return k
     return None
@@ -69,17 +70,6 @@ def _overwrites(scatter) -> bool:
     ops = list(block.operations)
     return (len(ops) == 1 and ops[0].name == "stablehlo.return"
             and ops[0].operands[0] == block.arguments[1])
-
-
-def _unique(scatter) -> bool:
-    """Whether `scatter` writes each row once: flagged so, or at one index."""
-    from whilst.lowering._iree_ir import ir
-
-    if "unique_indices" in scatter.attributes and ir.BoolAttr(
-            scatter.attributes["unique_indices"]).value:
-        return True
-    indices = ir.RankedTensorType(scatter.operands[1].type)
-    return indices.has_static_shape and all(d == 1 for d in indices.shape)
 
 
 def _zeros(value) -> bool:
