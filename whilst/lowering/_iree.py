@@ -74,8 +74,8 @@ from whilst.lowering._iree_narrow_types import (
     booleans_as_int32, narrow_arguments_widened, narrow_buffers, narrow_buffers_error,
     stored_dtypes)
 from whilst.lowering._iree_one_index_scatters import one_index_scatters_not_unique
-from whilst.lowering._iree_row_accumulations import row_accumulations_in_place
 from whilst.lowering._iree_push_constants import push_constant_counts, too_many_push_constants
+from whilst.lowering._iree_row_accumulations import row_accumulations_in_place
 from whilst.lowering._iree_sort_operands import sort_operands_copied
 from whilst.lowering._iree_unread_carries import unread_carries_read
 from whilst.lowering._iree_vm_branches import branch_refs_distinct
