@@ -2,6 +2,7 @@
 differentiable, storing steps while they fit `gradient_memory` and recomputing
 the later ones from checkpoints. Oracles: jax.grad of the loop unrolled in Python."""
 import functools
+import logging
 import os
 import subprocess
 import sys
@@ -532,3 +533,31 @@ def test_eager_gradient_touches_only_the_rows_written_of_a_large_budget():
             y = jnp.sin(a * y) * 0.9
         return jnp.sum(y)
     np.testing.assert_allclose(grad_a, jax.grad(unrolled_f)(jnp.float32(1.1)), rtol=1e-5)
+
+
+def test_eager_gradient_compiles_a_gradient_while_over_chunks_only_past_the_first(caplog):
+    """Eagerly each loop is a program compiled per call: a loop that ended in its
+    first chunk compiles its forward and its last chunk's stored gradient, and no
+    gradient While over chunks (it would take no trip) or branch around the
+    schedule's start; one that ran past it compiles that While too. Counted on a
+    second call, when JAX has compiled the ops it runs one by one."""
+    def grow(x):
+        return x * 1.1 + 0.05 * jnp.cos(x)
+
+    def f(x, limit):   # chunks of 24 steps; the stop depends on the data alone
+        return jnp.sum(whilst.while_loop(lambda x: jnp.sum(x) < limit, grow, [x],
+                                         gradient_memory=512))
+
+    def compiles(limit):
+        grad = jax.grad(f)
+        jax.block_until_ready(grad(X, limit))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+            got = jax.block_until_ready(grad(X, limit))
+        want = jax.grad(lambda x: jnp.sum(unrolled(lambda x: jnp.sum(x) < limit, grow,
+                                                   [x])[0]))(X)
+        np.testing.assert_allclose(got, want, rtol=1e-4)   # 63 steps grow errors 400x
+        return sum(r.getMessage().startswith("Compiling ") for r in caplog.records)
+
+    assert compiles(20.0) == 2     # 22 steps
+    assert compiles(1e3) == 3      # 63 steps

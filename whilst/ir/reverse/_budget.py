@@ -600,11 +600,19 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         # The forward's stacks hold the last chunk's rows: its stored gradient first.
         ct, dc = chunks.gradient(n - last * S, iv, stacks, dconsts_with(kd), with_zeros(given))
         acc = [d for d, lin in zip(dc, linear) if lin]
-        avals = jax.eval_shape(started, last, pos, *slots)
-        state0, steps, order, *x0 = lax.cond(
-            last > 0, started,
-            lambda *_: [_zeros(a) for a in avals],
-            last, pos, *slots)
+        if is_concrete(last):
+            # Eagerly, where each op and loop is a program compiled per call: a loop
+            # that ended in its first chunk needs no While (it would take no trip),
+            # and the start of one that did not runs as ops.
+            if not last > 0:
+                return [*ct, *acc]
+            state0, steps, order, *x0 = started(last, pos, *slots)
+        else:
+            avals = jax.eval_shape(started, last, pos, *slots)
+            state0, steps, order, *x0 = lax.cond(
+                last > 0, started,
+                lambda *_: [_zeros(a) for a in avals],
+                last, pos, *slots)
         carry0 = [state0, steps, order, *slots, *x0, *(stacks if carried else []), *ct, *acc]
         return run_while(carried, False, consts, carry0)
 
@@ -624,10 +632,14 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
         # stored checkpoints again, its chunk's stored gradient in a dispatch:
         # tests/ir/test_budget.py::test_vmap_of_grad_across_the_switch_on_iree.)
         stack_avals = jax.eval_shape(lambda pos: slot_stack(pos, K), pos)
-        steps, order = lax.cond(
-            last > 0, lambda pos: list(slot_stack(pos, K)),
-            lambda pos: [_zeros(a) for a in stack_avals],
-            pos)
+        if is_concrete(last):   # eagerly: the branch taken, as ops
+            steps, order = (slot_stack(pos, K) if last > 0
+                            else [_zeros(a) for a in stack_avals])
+        else:
+            steps, order = lax.cond(
+                last > 0, lambda pos: list(slot_stack(pos, K)),
+                lambda pos: [_zeros(a) for a in stack_avals],
+                pos)
         h = jnp.sum((pos <= last).astype(np.int32))    # the slots of chunks up to last
         state0 = jnp.stack([last, last + 1, np.int32(-1), h, order[jnp.minimum(h, K - 1)]])
         x0 = ([_zeros(a, a.shape[1:]) for a in map(jax.typeof, slots)] if folded

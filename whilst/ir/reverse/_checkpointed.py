@@ -68,7 +68,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import jvp_jaxpr, merge_lists, partition_list, split_list
+from whilst._jax_compat import is_concrete, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
 from whilst.ir.reverse._policy import Checkpointed
@@ -239,7 +239,9 @@ def schedule_state(top, fine, h, order, K, branched=True):
     free = K - h
     L = fine - top
     binomial = (free > 0) & (L > free + 2)
-    if branched:
+    if branched and is_concrete(binomial):   # eagerly: the branch taken, as ops
+        steps_to_target = split(L, free + 1, K) if binomial else jnp.ones_like(L)
+    elif branched:
         steps_to_target = schedule_branch(lambda p, L, s: lax.cond(
             p, lambda L, s: split(L, s, K), lambda L, s: jnp.ones_like(L), L, s))(
                 binomial, L, free + 1)
