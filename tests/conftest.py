@@ -50,10 +50,12 @@ LONG_TESTS = {
 # Tests CI leaves out (`.ci/run` deselects `-m by_hand`; README, "Run the tests"), run by
 # hand: six Runge-Kutta gradients of diffrax solves compiled into one IREE module, 8 of
 # the jax 0.12 suite's 34 minutes on the 2-core machine (2026-11-27); a second reverse
-# Jacobian of a loop without a bound, a minute and a half of iree-compile.
+# Jacobian of a loop without a bound, a minute and a half of iree-compile; a second
+# derivative of a loop of 64 floats without a bound, a minute.
 BY_HAND_TESTS = {
     "test_rk_gradients_of_every_policy_match_diffrax_on_jax",
     "test_a_reverse_jacobian_of_a_reverse_jacobian_runs_on_local_task",
+    "test_second_derivative_of_an_unbounded_loop_of_64_floats_runs_on_iree",
 }
 
 

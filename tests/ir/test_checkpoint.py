@@ -216,6 +216,44 @@ def test_stablehlo_holds_two_whiles_per_derivative_order():
     assert roles == ["forward", "gradient"]
 
 
+def test_exported_gradient_while_of_a_body_holding_loops_stores_without_branching_again():
+    """Exported, the gradient While picks reverse / advance / advance-and-store with one
+    three-way switch (a `stablehlo.case`, which IREE runs from the host). Where the
+    body holds loops, the re-plan after a store selects its split inside that branch
+    instead of branching again (nested there, iree-compile 3.13 failed to solve for
+    timepoint coverage: test_higher_order.py::
+    test_second_derivative_of_an_unbounded_loop_of_64_floats_runs_on_iree, run by
+    hand); a body without loops keeps that branch (IREE runs the loop in a dispatch,
+    where branching is the cheaper)."""
+    from whilst.lowering._iree_ir import ir
+
+    def inner(x):
+        return whilst.while_loop(lambda t, x: t < 3.0, lambda t, x: (t + 1.0, jnp.sin(x)),
+                                 [0.0, x])[1]
+
+    def store_branches(body):
+        def f(x, n):
+            return jnp.sum(whilst.while_loop(lambda i, x: i < n, lambda i, x: (i + 1, body(x)),
+                                             [0, x], checkpoints=3)[1])
+        stores = []
+
+        def visit(op):
+            op = op.operation
+            if op.name == "stablehlo.case" and len(op.regions) == 3:
+                stores.append([o.operation.name for o in op.regions[2].blocks[0].operations])
+            return ir.WalkResult.ADVANCE
+
+        with ir.Context() as context:
+            context.allow_unregistered_dialects = True
+            ir.Module.parse(whilst.export(jax.grad(f), X0, np.int32(30)).text).operation.walk(
+                visit)
+        assert len(stores) == 1
+        return stores[0]
+
+    assert "stablehlo.case" not in store_branches(inner)
+    assert "stablehlo.case" in store_branches(jnp.sin)
+
+
 @pytest.mark.iree
 def test_compiles_and_runs_on_iree():
     # The trip count is a run-time input; a cond that reads a float carry

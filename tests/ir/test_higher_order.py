@@ -73,6 +73,26 @@ def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit(budget):
     assert compiled.memory_analysis().temp_size_in_bytes < 1.25 * budget
 
 
+@pytest.mark.iree
+def test_second_derivative_of_an_unbounded_loop_of_64_floats_runs_on_iree():
+    """Its gradient While over chunks carries checkpoints too wide to run inside a
+    dispatch, so IREE steps it and its branches from the host; a re-plan branching
+    inside the branch that stores a step made iree-compile 3.13 fail to solve for
+    timepoint coverage. 96 steps per chunk: 1, 100 and 300 steps end in the first,
+    second and fourth. Run by hand (tests/conftest.py): a minute of iree-compile."""
+    def loss(y, n, loop):
+        step = lambda t, y: (t + 1.0, y + 0.001 * jnp.sin(3.0 * y))
+        y = (whilst.while_loop if loop else unrolled)(lambda t, _: t < n, step, [0.0, y])[1]
+        return jnp.sum(y ** 2)
+
+    y = np.linspace(-1, 1, 64, dtype=np.float32)
+    grad2 = lambda y, n: gradient_of_squared_gradient(lambda y: loss(y, n, True))(y)
+    module = whilst.compile(grad2, y, np.float32(1.0)).load("local-sync")
+    for n in [1.0, 100.0, 300.0]:
+        want = jax.jit(gradient_of_squared_gradient(lambda y: loss(y, n, False)))(y)
+        np.testing.assert_allclose(module(y, np.float32(n)), want, rtol=2e-5, atol=1e-4)
+
+
 def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     """A chunk's loops and the stored gradient Whiles have the `EveryStep` policy: the
     next derivative stores their steps' rows instead of cutting them into chunks of
