@@ -29,6 +29,7 @@ from jax import lax
 import whilst
 import whilst.lax
 from _timing import blocking, machine, measure, table, write_json
+from higher_order import cos_twice_float
 
 
 def add_index(i, c):
@@ -99,11 +100,6 @@ def sin_loss(y, n, bounded):
 
 def scan_loss(y, n):
     return jnp.sum(lax.scan(lambda y, _: (sin_step(y), None), y, None, length=n)[0] ** 2)
-
-
-def cos_twice_float(x):
-    return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
-                             [0.0, x])[1]
 
 
 def gradients() -> list[dict]:

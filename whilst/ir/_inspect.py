@@ -31,6 +31,11 @@ def iter_loops(jaxpr: Jaxpr):
             yield from iter_loops(sub)
 
 
+def holds_loops(jaxpr: Jaxpr) -> bool:
+    """Whether `jaxpr` or one of its sub-jaxprs holds a `functional_while`."""
+    return any(True for _ in iter_loops(jaxpr))
+
+
 @dataclasses.dataclass(frozen=True)
 class LoopResiduals:
     """The residual stacks one forward While pushes for its gradient While."""

@@ -92,7 +92,7 @@ from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_concrete, split_list
 from whilst.ir._buffers import uninitialized
-from whilst.ir._inspect import iter_loops
+from whilst.ir._inspect import holds_loops
 from whilst.ir.reverse._checkpointed import (
     checkpointed_linearize, expand_checkpointed_linear_while, schedule_start, schedule_state,
     slot_stack, turned, with_level, write_slot)
@@ -212,7 +212,7 @@ class _Chunks:
     def holds_loops(self):
         """Whether the body holds loops: their code would multiply with each copy of
         the chunk's loops (and with each level of nesting)."""
-        return any(True for _ in iter_loops(self.body_jaxpr.jaxpr))
+        return holds_loops(self.body_jaxpr.jaxpr)
 
     @property
     def carry_avals(self):

@@ -71,7 +71,7 @@ from jax.interpreters.ad import Zero
 from whilst._jax_compat import is_concrete, jvp_jaxpr, merge_lists, partition_list, split_list
 
 from whilst.ir._buffers import ZeroStarted, distinct_fill
-from whilst.ir._inspect import iter_loops
+from whilst.ir._inspect import holds_loops
 from whilst.ir.reverse._policy import Checkpointed
 from whilst.ir.reverse._schedule import EMPTY, policy_init, policy_step, split
 from whilst.ir._functional_while import (
@@ -377,10 +377,6 @@ class _Reversal:
             lin_consts, carry_nz, zero_ct, zeros)
         self.nc, self.ncarry, self.ngiven, self.nzero = nc, ncarry, ngiven, sum(zero_ct)
 
-    @property
-    def holds_loops(self) -> bool:
-        return any(True for _ in iter_loops(self.body_jaxpr.jaxpr))
-
     def step_vjp(self, cs, i, xs):
         """`(body(cs, i, xs), backward)`: one step forwards, and its vjp
         `ct -> (ct_x, ct_consts)` over the differentiated carries and constants."""
@@ -440,7 +436,7 @@ class _Reversal:
             # in this one made iree-compile 3.13 fail to solve for timepoint coverage
             # (a second derivative of a loop of 64 floats past its budget).
             return schedule_state(state[0] + 1, state[1], state[3] + 1, order, K,
-                                  branched=xla_cpu or not self.holds_loops)
+                                  branched=xla_cpu or not holds_loops(self.body_jaxpr.jaxpr))
 
         def advance(state, steps, slots, operand, ct, acc):
             return advanced(state), step(operand)[0], ct, acc
