@@ -16,6 +16,9 @@ from jax._src.core import is_constant_shape
 # fori_loop counts its steps where its bounds are known, as jax.lax.fori_loop does
 # (a JVP tracer of a concrete value included): no public test.
 from jax._src.core import is_concrete
+# The value behind a JVP or linearize tracer of a value (eager `jax.grad` of
+# `jax.grad`): reverse mode takes an eager loop's trip count from it. No public API.
+from jax._src.core import to_concrete_value
 # Eager loops keep their traced jaxprs (frontend/_traced_loops.py) only outside every
 # transformation: no public test for it.
 from jax._src.core import trace_state_clean
@@ -84,7 +87,7 @@ __all__ = [
     "lowered_as_function", "merge_lists",
     "move_binders_to_back", "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits",
     "partition_list", "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting",
-    "split_list", "threefry_rounds_unrolled", "trace_state_clean",
+    "split_list", "threefry_rounds_unrolled", "to_concrete_value", "trace_state_clean",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured

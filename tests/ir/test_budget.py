@@ -535,12 +535,13 @@ def test_eager_gradient_touches_only_the_rows_written_of_a_large_budget():
     np.testing.assert_allclose(grad_a, jax.grad(unrolled_f)(jnp.float32(1.1)), rtol=1e-5)
 
 
-def test_eager_gradient_compiles_a_gradient_while_over_chunks_only_past_the_first(caplog):
-    """Eagerly each loop is a program compiled per call: a loop that ended in its
-    first chunk compiles its forward and its last chunk's stored gradient, and no
-    gradient While over chunks (it would take no trip) or branch around the
-    schedule's start; one that ran past it compiles that While too. Counted on a
-    second call, when JAX has compiled the ops it runs one by one."""
+def test_eager_gradient_takes_the_trip_count_and_stores_a_loop_whose_rows_fit(caplog):
+    """Eagerly each loop is a program compiled per call, and reverse mode runs the
+    loop once for its trip count n, then linearizes n steps: a loop whose n rows
+    fit compiles that run, its stored forward and stored gradient, and no While
+    over chunks; one whose rows do not fit compiles the budget's loops for chunks
+    of one length, the last chunk's stored gradient first. Counted on a second
+    call, when JAX has compiled the ops it runs one by one."""
     def grow(x):
         return x * 1.1 + 0.05 * jnp.cos(x)
 
@@ -559,5 +560,5 @@ def test_eager_gradient_compiles_a_gradient_while_over_chunks_only_past_the_firs
         np.testing.assert_allclose(got, want, rtol=1e-4)   # 63 steps grow errors 400x
         return sum(r.getMessage().startswith("Compiling ") for r in caplog.records)
 
-    assert compiles(20.0) == 2     # 22 steps
-    assert compiles(1e3) == 3      # 63 steps
+    assert compiles(20.0) == 3     # 22 steps: the trip count, forward, gradient
+    assert compiles(1e3) == 4      # 63 steps: and the gradient While over chunks

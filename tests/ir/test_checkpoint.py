@@ -1,6 +1,7 @@
 """Checkpointed reverse mode (`while_loop(checkpoints=K)`): gradients against jax.grad of
 the Python-unrolled loop, forward mode and second order, vmap with per-example trip
 counts, the schedule's own count of body evaluations, the StableHLO and IREE."""
+import functools
 import itertools
 import math
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle, tanh_step
+from helpers import (nested_sin_oracle, per_example_sin_oracle, tanh_loss_oracle, tanh_step,
+                     unrolled)
 from whilst.ir import iter_loops, schedule_cost
 from whilst.ir.reverse._schedule import (
     EMPTY, SPLIT_EXACT_UP_TO, forward_slots_py, policy_init, policy_step, policy_step_jnp,
@@ -200,6 +202,24 @@ def converge(x):
     return whilst.while_loop(lambda i, x: jnp.abs(x).sum() < 50.0,
                              lambda i, x: (i + 1, x * 1.2 + jnp.sin(x)), [0, x],
                              checkpoints=3)[1].sum()
+
+
+def test_eager_gradient_of_a_loop_within_its_checkpoints_stores_every_step():
+    """Eagerly, `checkpoints=K` on a loop whose trip count (20, from its values: the
+    loop is counted by a float) is at most K stores every step, as for a loop bounded
+    by K: a gradient While of 20 steps, no schedule."""
+    x = np.linspace(0.1, 0.4, 4).astype(np.float32)
+
+    def f(x, loop, **options):
+        return jnp.sum(loop(lambda t, _: t < 20.0, lambda t, y: (t + 1.0, jnp.sin(y) * 1.1),
+                            [0.0, x], **options)[1])
+
+    grad = jax.grad(functools.partial(f, loop=whilst.while_loop, checkpoints=20))
+    want = jax.grad(functools.partial(f, loop=unrolled))(x)
+    np.testing.assert_allclose(grad(x), want, rtol=1e-5)
+    _, f_vjp = jax.vjp(functools.partial(f, loop=whilst.while_loop, checkpoints=20), x)
+    loops = list(iter_loops(jax.make_jaxpr(f_vjp)(1.0).jaxpr))   # the transpose, traced
+    assert [(e.params["role"], e.params["static_bound"]) for e in loops] == [("gradient", 20)]
 
 
 def test_stablehlo_holds_two_whiles_per_derivative_order():

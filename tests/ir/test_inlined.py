@@ -2,6 +2,7 @@
 inlined (`whilst/ir/reverse/_inlined.py`), while the loop itself stays one While.
 Oracles: JAX's derivatives of the loop unrolled in Python (`helpers.unrolled`)."""
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -137,6 +138,28 @@ def test_a_body_with_effects_keeps_its_gradient_while():
     f = lambda x: jnp.sum(whilst.while_loop(cond(3), noisy, [0, x, W])[1] ** 2)
     assert "gradient" in loop_roles(jax.grad(f), X)
     assert_close(jax.grad(f)(X), jax.grad(oracle)(X, W))
+
+
+@pytest.mark.parametrize("steps", [0, 3, MAX_INLINED_STEPS])
+def test_eager_gradients_inline_the_steps_a_loop_takes_compiling_nothing(steps, caplog):
+    """Counted by a float, the loop has no trip count known at trace time; eagerly
+    its operands are values, so reverse mode steps it op by op for its trip count
+    and inlines the steps: once JAX has compiled those ops (the first call), a
+    call compiles no program, at first and second order."""
+    def by_value(loop, x, w):
+        return jnp.sum(loop(lambda t, y, w: t < float(steps), body, [0.0, x, w])[1] ** 2)
+
+    f = functools.partial(by_value, whilst.while_loop)
+    want = jax.grad(functools.partial(by_value, unrolled), (0, 1))
+    second = jax.grad(lambda w: jnp.sum(jax.grad(f)(X, w)))
+    for grad, args, oracle in [(jax.grad(f, (0, 1)), (X, W), want),
+                               (second, (W,), jax.grad(lambda w: jnp.sum(want(X, w)[0])))]:
+        jax.block_until_ready(grad(*args))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+            got = grad(*args)
+        assert not [r for r in caplog.records if r.getMessage().startswith("Compiling ")]
+        assert_close(got, oracle(*args))
 
 
 def test_the_inlined_gradient_compiles_and_runs_on_iree():

@@ -41,13 +41,19 @@ def inlined_policy(policy, steps: int, cond_jaxpr, body_jaxpr):
     step's rows); else `policy`. Loops whose cond or body has effects, or whose
     carry's shape is symbolic, keep `policy`."""
     carry_avals = body_jaxpr.out_avals
-    small = (steps <= MAX_INLINED_STEPS
-             and steps * _equations(body_jaxpr.jaxpr) <= MAX_INLINED_EQUATIONS)
-    if (not small or body_jaxpr.effects or cond_jaxpr.effects
+    if (steps > most_inlined_steps(body_jaxpr) or body_jaxpr.effects or cond_jaxpr.effects
             or not all(is_constant_shape(a.shape) for a in carry_avals)):
         return policy
     stores = stores_every_step(policy, steps, sum(map(nbytes, carry_avals)))
     return Inlined(steps) if stores else policy
+
+
+def most_inlined_steps(body_jaxpr) -> int:
+    """The most steps of `body_jaxpr` that `inlined_policy` inlines::
+
+        min(MAX_INLINED_STEPS, MAX_INLINED_EQUATIONS // equations(body))
+    """
+    return min(MAX_INLINED_STEPS, MAX_INLINED_EQUATIONS // max(_equations(body_jaxpr.jaxpr), 1))
 
 
 def _equations(jaxpr) -> int:

@@ -6,11 +6,14 @@ policy (`_policy.py`)::
         the same, on its explicit form (_stacks.py), with EveryStep() for a loop
         that pushes and has a static bound: it stored every step's rows, which its
         next rows are in proportion to, and chunks of it would checkpoint its stacks
-    elif policy is Inlined(steps) (a few steps, known at trace time):
+    if policy is Inlined(steps) (a few steps, known at trace time):
         inlined_linearize(...)               # _inlined.py: straight-line steps
     elif policy stores every step (`stores_every_step`: EveryStep(), Checkpointed(K) with
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
+    elif the operands are values (eagerly, `_by_value`) and the policy is the user's:
+        n = the loop's trip count from them  # it runs once more, as a value
+        the same, with bound = static_bound = n, policy = inlined_policy(policy, n, ...)
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
@@ -20,17 +23,20 @@ policy (`_policy.py`)::
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import linearization_depth
+from whilst._jax_compat import is_concrete, linearization_depth, to_concrete_value
+from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
-from whilst.ir.reverse._inlined import inlined_linearize
+from whilst.ir.reverse._inlined import inlined_linearize, inlined_policy, most_inlined_steps
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
-from whilst.ir.reverse._policy import Checkpointed, EveryStep, Inlined, stores_every_step
+from whilst.ir.reverse._policy import (
+    Budget, Checkpointed, EveryStep, Inlined, stores_every_step)
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
-from whilst.ir._tracing import tracing_for
+from whilst.ir._tracing import call, tracing_for
 
 
 def functional_while_linearization(is_vjp, nzs, *primals, **params):
@@ -40,8 +46,9 @@ def functional_while_linearization(is_vjp, nzs, *primals, **params):
         return _linearization(to_come, is_vjp, nzs, *primals, **params)
 
 
-def _linearization(to_come, is_vjp, nzs, *primals, **params):
-    """The rule, for a loop differentiated `to_come` more times in reverse mode."""
+def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
+    """The rule, for a loop differentiated `to_come` more times in reverse mode
+    (`by_value`: whether it may take the loop's trip count from values)."""
     if StackParams.of(params).any:
         operands, new_params = explicit_form(primals, params)
         if params["accumulators"] and params["static_bound"] is not None:
@@ -53,11 +60,14 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
         stack_zeros = [Zero(jax.typeof(s).to_tangent_aval()) for s in new_stacks]
         return out, out_nz, residuals, lambda res, *t: linearized(
             res, *explicit_layout(params, t, stack_zeros))
+    loop = params
     params = {k: v for k, v in params.items() if k not in NO_STACKS}
     policy, static_bound = params["gradient"], params["static_bound"]
     if isinstance(policy, Inlined):
         return inlined_linearize(is_vjp, nzs, *primals, **params)
     if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
+        if by_value and _by_value(primals, params):
+            return _bounded_linearization(to_come, is_vjp, nzs, primals, loop)
         del params["gradient"]
         carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
         return checkpointed_linearize(nzs, *primals, **params,
@@ -66,6 +76,66 @@ def _linearization(to_come, is_vjp, nzs, *primals, **params):
     steps = step_residuals(is_vjp, nzs, *primals, **params)
     if stores_every_step(policy, static_bound, steps.row_bytes):
         return stored_linearize(steps, *primals, **params)
+    if by_value and _by_value(primals, params):
+        return _bounded_linearization(to_come, is_vjp, nzs, primals, loop)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come, static_bound)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
+
+
+def _by_value(primals, params) -> bool:
+    """Whether the loop's trip count can be taken from its operands: they are values
+    (eagerly, seen through the tracers of further derivatives: `jax.grad(jax.grad(f))`),
+    its policy is the user's (`Budget` or `Checkpointed(K)`, not those of the loops
+    reverse mode builds) and its cond and body have no effects (the loop runs once
+    more)."""
+    policy = params["gradient"]
+    users = isinstance(policy, Budget) or (
+        type(policy) is Checkpointed and policy.nbytes is None and not policy.over_chunks)
+    return (users and not params["cond_jaxpr"].effects and not params["body_jaxpr"].effects
+            and all(map(is_concrete, primals)))
+
+
+def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
+    """The rule for the same loop bounded by the n steps it takes from `primals`
+    (values: `_by_value`)::
+
+        n = functional_while(*primals)[0]
+        bound = static_bound = n
+        gradient = inlined_policy(gradient, n, cond, body)   # Inlined(n) where small
+
+    so reverse mode linearizes n steps: inlined, or stored where their rows fit the
+    budget (a `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise,
+    as for a loop bounded at trace time, with no schedule for steps past them."""
+    trips = _trips(primals, params)
+    cond_consts, body_consts, _, carry = split_operands(
+        primals, params["cond_nconsts"], params["body_nconsts"])
+    gradient = inlined_policy(params["gradient"], trips, params["cond_jaxpr"],
+                              params["body_jaxpr"])
+    return _linearization(to_come, is_vjp, nzs, *cond_consts, *body_consts, np.int32(trips),
+                          *carry, by_value=False,
+                          **dict(params, static_bound=trips, gradient=gradient))
+
+
+def _trips(primals, params) -> int:
+    """The steps the loop takes from `primals` (values): stepped here op by op (no
+    program compiled) while it may still end within the steps `inlined_policy`
+    inlines, else run as one program::
+
+        for i in range(most_inlined_steps(body) + 1):
+            if not (i < bound and cond(i, carry)): return i
+            if i < most_inlined_steps(body): carry = body(i, carry)
+        return functional_while(*primals)[0]
+    """
+    values = list(map(to_concrete_value, primals))
+    cond_consts, body_consts, bound, carry = split_operands(
+        values, params["cond_nconsts"], params["body_nconsts"])
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    inlined = most_inlined_steps(body)
+    with jax.ensure_compile_time_eval():
+        for i in map(np.int32, range(inlined + 1)):
+            if not (i < bound and call(cond, *cond_consts, i, *carry)[0]):
+                return int(i)
+            if i < inlined:
+                carry = call(body, *body_consts, i, *carry)
+        return int(functional_while_p.bind(*values, **params)[0])
