@@ -8,11 +8,12 @@ a pair of the float-counted loops, one inside the other (`--loops pair`), and
 the int-counted loop pushing onto a list (`--loops list`: TensorFlow's
 testIteratedGradientsWithList).
 For each loop and order k it builds `jax.grad` k times and prints, in this process:
-the seconds to trace and lower under `jax.jit`, to compile with XLA, and to run
-eagerly (a first call: trace, compile and run); the `stablehlo.while` ops of the
-lowered program; XLA's temporary bytes (`memory_analysis`); and the same program's
-trace-and-compile time with the loops unrolled in Python (`jnp.cos(jnp.cos(y))`),
-with the ratio whilst / unrolled. Each derivative is checked against the unrolled
+the seconds to trace and lower under `jax.jit` and to compile with XLA; the
+`stablehlo.while` ops of the lowered program; XLA's temporary bytes
+(`memory_analysis`); the same program's trace-and-compile time with the loops
+unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled; and,
+eagerly (no jax.jit), the first call's seconds (trace, compile and run) of each, then
+the time of calls again (measured interleaved) and their ratio. Each derivative is checked against the unrolled
 one's.
 
 Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (no loop
@@ -50,8 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import whilst
-from _timing import (fmt_bytes, fmt_ratio, fmt_time, jax_temp_bytes, machine, measure, table,
-                     write_json)
+from _timing import (blocking, fmt_bytes, fmt_ratio, fmt_time, jax_temp_bytes, machine, measure,
+                     table, write_json)
 
 
 def cos_twice(x):
@@ -279,22 +280,31 @@ def main():
         compiled, compile_s = timed(lowered.compile)
         got_eager, eager_s = timed(lambda: jax.block_until_ready(f(x)))
         want, unrolled_s = timed(lambda: jax.block_until_ready(jax.jit(oracle)(x)))
+        _, unrolled_eager_s = timed(lambda: jax.block_until_ready(oracle(x)))
+        eager_again = measure({"whilst": blocking(f, x), "unrolled": blocking(oracle, x)},
+                              warmup=1, budget_s=0.5, min_repeats=3)
+        again, unrolled_again = (eager_again[k].median for k in ("whilst", "unrolled"))
         for got in [compiled(x), got_eager]:
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
         whiles = lowered.as_text().count("stablehlo.while")
         temp = jax_temp_bytes(compiled)
         ratio = (lower_s + compile_s) / unrolled_s
-        rows.append([loop, order, f"{lower_s:.2f}", f"{compile_s:.2f}", f"{eager_s:.2f}",
-                     whiles, fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio)])
+        rows.append([loop, order, f"{lower_s:.2f}", f"{compile_s:.2f}", whiles,
+                     fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio), f"{eager_s:.3f}",
+                     f"{unrolled_eager_s:.3f}", fmt_time(again), fmt_time(unrolled_again),
+                     fmt_ratio(again / unrolled_again)])
         results.append(dict(loop=loop, order=order, lower_s=lower_s, compile_s=compile_s,
                             eager_s=eager_s, whiles=whiles, temp_bytes=temp,
-                            unrolled_s=unrolled_s, ratio=ratio))
+                            unrolled_s=unrolled_s, ratio=ratio,
+                            unrolled_eager_s=unrolled_eager_s, eager_again_s=again,
+                            unrolled_eager_again_s=unrolled_again))
         print(*rows[-1], flush=True)
     table("jax.grad^k of the 2-step cos loop counted by an int or a float, and of a pair "
           "of them nested: whilst under the default policy and the loops unrolled in Python "
-          "(same process)",
-          ["loop", "order", "trace+lower s", "XLA compile s", "eager s", "whiles",
-           "XLA temp", "unrolled jit s", "whilst/unrolled"], rows)
+          "(same process); eagerly, a first call and calls again",
+          ["loop", "order", "trace+lower s", "XLA compile s", "whiles", "XLA temp",
+           "unrolled jit s", "whilst/unrolled", "eager s", "unrolled eager s",
+           "eager again", "unrolled again", "again whilst/unrolled"], rows)
     nested_rows, nested = [], []
     for name, f in NESTED.items():
         lowered, lower_s = timed(lambda: jax.jit(jax.grad(f)).lower(x))

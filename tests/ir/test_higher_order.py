@@ -60,15 +60,26 @@ def test_derivatives_of_a_counted_loop_store_its_steps_in_memory_of_its_rows(ord
     assert temps[0] == temps[1] < 64 * 1024
 
 
+def cos_pair_unbounded(x, **options):
+    """Two steps of `cos_twice_unbounded`, counted by a float: a loop inside a loop."""
+    return whilst.while_loop(lambda t, _: t < 2.0,
+                             lambda t, y: (t + 1.0, cos_twice_unbounded(y, **options)),
+                             [0.0, x], **options)[1]
+
+
 @pytest.mark.parametrize("order", [2, 3, 4])
-def test_eager_derivatives_of_an_unbounded_loop_inline_the_steps_it_takes(order):
+@pytest.mark.parametrize("loop, oracle", [
+    (cos_twice_unbounded, cos_twice_unrolled),
+    (cos_pair_unbounded, lambda x: cos_twice_unrolled(cos_twice_unrolled(x)))])
+def test_eager_derivatives_of_unbounded_loops_inline_the_steps_they_take(loop, oracle, order):
     """Eagerly the operands are values (seen through the tracers of the derivatives
-    around the loop): reverse mode runs the float-counted loop once for its trip
-    count (2) and inlines its steps, so every order differentiates straight-line
-    code and no loop is left, whatever the budget (order 3 asked for 4 GiB when
-    each order ran the budget's chunks)."""
-    f = derivative(functools.partial(cos_twice_unbounded, gradient_memory=2**34), order - 1)
-    want = derivative(cos_twice_unrolled, order)(1.0)
+    around the loop): reverse mode steps the float-counted loop once for its trip
+    count (2) and inlines its steps, linearized on those values, so the loop inside
+    a loop's body sees values too; every order differentiates straight-line code and
+    no loop is left, whatever the budget (order 3 asked for 4 GiB when each order ran
+    the budget's chunks)."""
+    f = derivative(functools.partial(loop, gradient_memory=2**34), order - 1)
+    want = derivative(oracle, order)(1.0)
     np.testing.assert_allclose(jax.grad(f)(1.0), want, rtol=1e-5)
     _, f_vjp = jax.vjp(f, 1.0)    # eagerly: its linear map (and transpose) traced below
     assert not list(iter_loops(jax.make_jaxpr(f_vjp)(1.0).jaxpr))

@@ -20,11 +20,13 @@ batched, forward mode, lowered) stays one functional While.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_constant_shape, linearize_jaxpr, split_list
+from whilst._jax_compat import (
+    is_constant_shape, linearize_jaxpr, merge_lists, partition_list, split_list)
 from whilst.ir._functional_while import split_operands
 from whilst.ir._tracing import COUNTER_AVAL, call, jaxprs_in_params, trace_closed
 from whilst.ir._unroll import nbytes
@@ -90,3 +92,40 @@ def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_ncon
                   for nz, a in zip(carry_nz, carry_avals)]]
 
     return [np.int32(steps), *carry_out], [False, *carry_nz], residuals, linearized
+
+
+
+def inlined_linearize_by_value(nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,
+                               gradient: Inlined, **_):
+    """`inlined_linearize` for operands that are values (eagerly): `jax.linearize` of
+    the steps run on them, so that loops in the body see values too (their own trip
+    counts taken from them), where `linearize_jaxpr` would trace them abstractly."""
+    steps = gradient.steps
+    _, body_consts, _, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
+    operands_nz = [*const_nz, *carry_nz]
+    fixed, varying = partition_list(operands_nz, [*body_consts, *carry])
+    carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
+    out_nz = [jnp.issubdtype(a.dtype, jnp.inexact) for a in carry_avals]
+
+    def unrolled(*varying):
+        consts, carry = split_list(merge_lists(operands_nz, fixed, list(varying)),
+                                   [body_nconsts])
+        for i in range(steps):
+            carry = call(body_jaxpr, *consts, np.int32(i), *carry)
+        return partition_list(out_nz, carry)[::-1]    # (inexact, the others)
+
+    carry_out, f_jvp, others = jax.linearize(unrolled, *varying, has_aux=True)
+    tangent = jax.make_jaxpr(f_jvp)(*[jax.typeof(x).to_tangent_aval() for x in varying])
+
+    def linearized(residuals, *tangents):
+        _, dconsts, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
+        dvarying = [ad.instantiate_zeros(t)
+                    for t, nz in zip([*dconsts, *dcarry], operands_nz) if nz]
+        out = iter(jax.core.eval_jaxpr(tangent.jaxpr, residuals, *dvarying))
+        return [Zero(COUNTER_AVAL.to_tangent_aval()),
+                *[next(out) if nz else Zero(a.to_tangent_aval())
+                  for nz, a in zip(out_nz, carry_avals)]]
+
+    return ([np.int32(steps), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
+            list(tangent.consts), linearized)

@@ -31,7 +31,8 @@ from whilst.ir._functional_while import functional_while_p, split_operands
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
-from whilst.ir.reverse._inlined import inlined_linearize, inlined_policy, most_inlined_steps
+from whilst.ir.reverse._inlined import (
+    inlined_linearize, inlined_linearize_by_value, inlined_policy, most_inlined_steps)
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
 from whilst.ir.reverse._policy import (
     Budget, Checkpointed, EveryStep, Inlined, stores_every_step)
@@ -112,6 +113,8 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
         primals, params["cond_nconsts"], params["body_nconsts"])
     gradient = inlined_policy(params["gradient"], trips, params["cond_jaxpr"],
                               params["body_jaxpr"])
+    if isinstance(gradient, Inlined):
+        return inlined_linearize_by_value(nzs, *primals, **dict(params, gradient=gradient))
     return _linearization(to_come, is_vjp, nzs, *cond_consts, *body_consts, np.int32(trips),
                           *carry, by_value=False,
                           **dict(params, static_bound=trips, gradient=gradient))
