@@ -16,6 +16,12 @@ so reverse mode stores every step, as `jax.grad` of the Python-unrolled loop doe
 and a derivative of any order differentiates straight-line code: no forward or
 gradient While, which every order would double. The loop itself (evaluated,
 batched, forward mode, lowered) stays one functional While.
+
+Eagerly, where the operands are values (seen through the tracers of further
+derivatives), reverse mode takes any loop's trip count from them
+(`_linearization.py`) and inlines a loop that ends within as many steps
+(`inlined_linearize_by_value`): `jax.linearize` of those steps run on the values,
+so that loops in the body take their own trip counts from values too.
 """
 from __future__ import annotations
 
@@ -92,7 +98,6 @@ def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_ncon
                   for nz, a in zip(carry_nz, carry_avals)]]
 
     return [np.int32(steps), *carry_out], [False, *carry_nz], residuals, linearized
-
 
 
 def inlined_linearize_by_value(nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,

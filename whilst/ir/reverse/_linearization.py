@@ -6,14 +6,16 @@ policy (`_policy.py`)::
         the same, on its explicit form (_stacks.py), with EveryStep() for a loop
         that pushes and has a static bound: it stored every step's rows, which its
         next rows are in proportion to, and chunks of it would checkpoint its stacks
-    if policy is Inlined(steps) (a few steps, known at trace time):
+    elif policy is Inlined(steps) (a few steps, known at trace time):
         inlined_linearize(...)               # _inlined.py: straight-line steps
     elif policy stores every step (`stores_every_step`: EveryStep(), Checkpointed(K) with
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
     elif the operands are values (eagerly, `_by_value`) and the policy is the user's:
         n = the loop's trip count from them  # it runs once more, as a value
-        the same, with bound = static_bound = n, policy = inlined_policy(policy, n, ...)
+        if inlined_policy(policy, n, ...) inlines:
+            inlined_linearize_by_value(...)  # _inlined.py: the steps on the values
+        else: the same, with bound = static_bound = n
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
@@ -105,9 +107,10 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
         bound = static_bound = n
         gradient = inlined_policy(gradient, n, cond, body)   # Inlined(n) where small
 
-    so reverse mode linearizes n steps: inlined, or stored where their rows fit the
-    budget (a `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise,
-    as for a loop bounded at trace time, with no schedule for steps past them."""
+    so reverse mode linearizes n steps: inlined (linearized on the values, so that
+    loops in the body see values too), or stored where their rows fit the budget (a
+    `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise, as for a
+    loop bounded at trace time, with no schedule for steps past them."""
     trips = _trips(primals, params)
     cond_consts, body_consts, _, carry = split_operands(
         primals, params["cond_nconsts"], params["body_nconsts"])

@@ -22,6 +22,10 @@ A loop's policy is one frozen value, the `gradient` parameter of
     Inlined(steps)            # a few steps, their count known at trace time
         the steps inlined, linearized as straight-line code      (_inlined.py)
 
+Eagerly, where a loop's operands are values, a `Budget` or `Checkpointed(K)` loop is
+first bounded by the trip count they give, and so inlined or stored where that count
+allows (`_linearization.py`).
+
 (`stores_every_step` says which loops store every step.) `EveryStep` is the policy of
 a chunk's loops and of stored gradient and linear Whiles, and that of a stored
 forward While (one that pushes its rows) when differentiated again: their bound is a
@@ -84,8 +88,8 @@ class EveryStep:
 
 @dataclasses.dataclass(frozen=True)
 class Inlined:
-    """The loop runs exactly `steps` steps (its trip count, known at trace time):
-    reverse mode inlines them (`_inlined.py`)."""
+    """The loop runs exactly `steps` steps (its trip count, known at trace time or,
+    eagerly, taken from its values): reverse mode inlines them (`_inlined.py`)."""
     steps: int
 
 
