@@ -162,6 +162,33 @@ def test_eager_gradients_inline_the_steps_a_loop_takes_compiling_nothing(steps, 
         assert_close(got, oracle(*args))
 
 
+def test_eager_gradients_step_the_loops_in_a_body_too_compiling_nothing(caplog):
+    """Counting an outer loop's trips eagerly, reverse mode steps the loop in its body
+    op by op too, so a nest of loops that each end within the inlined steps compiles
+    no program once JAX has compiled the ops."""
+    def inner(y):
+        return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (t + 1.0, jnp.cos(y)),
+                                 [0.0, y])[1]
+
+    def f(x):
+        return whilst.while_loop(lambda t, _: t < 3.0, lambda t, y: (t + 1.0, inner(y) * 1.5),
+                                 [0.0, x])[1]
+
+    def unrolled(x):
+        for _ in range(3):
+            x = jnp.cos(jnp.cos(x)) * 1.5
+        return x
+
+    for grad, oracle in [(jax.grad(f), jax.grad(unrolled)),
+                         (jax.grad(jax.grad(f)), jax.grad(jax.grad(unrolled)))]:
+        jax.block_until_ready(grad(0.3))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+            got = grad(0.3)
+        assert not [r for r in caplog.records if r.getMessage().startswith("Compiling ")]
+        assert_close(got, oracle(0.3))
+
+
 def test_the_inlined_gradient_compiles_and_runs_on_iree():
     grad = jax.grad(loss, (0, 1))
     module = whilst.compile(grad, X, W).load("local-sync")

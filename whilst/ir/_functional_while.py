@@ -38,6 +38,9 @@ primitive can be bound.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 import jax
@@ -134,6 +137,52 @@ def def_by_expansion(primitive, expand):
     ad.primitive_jvps[primitive] = jvp
     batching.primitive_batchers[primitive] = batch
     mlir.register_lowering(primitive, mlir.lower_fun(expand, multiple_results=True))
+
+
+# ---------------------------------------------------------------- evaluation
+
+_STEPS_FIRST = contextvars.ContextVar("whilst_steps_first", default=None)
+
+
+@contextlib.contextmanager
+def loops_stepped_first(most_steps):
+    """Within, loops evaluated on values (without effects or stacks) run their first
+    `most_steps(body_jaxpr)` steps op by op (`stepped_while`), so that one which ends
+    within them compiles no program (eager reverse mode counting a loop's trips)."""
+    token = _STEPS_FIRST.set(most_steps)
+    try:
+        yield
+    finally:
+        _STEPS_FIRST.reset(token)
+
+
+def functional_while_impl(*operands, **params):
+    """Evaluation: one compiled program, or `stepped_while` within
+    `loops_stepped_first`."""
+    most_steps = _STEPS_FIRST.get()
+    if (most_steps is None or StackParams.of(params).any or params["cond_jaxpr"].effects
+            or params["body_jaxpr"].effects):
+        return apply_primitive(functional_while_p, *operands, **params)
+    return stepped_while(operands, params, most_steps(params["body_jaxpr"]))
+
+
+def stepped_while(operands, params, steps: int) -> list:
+    """`functional_while(*operands)` on values (no effects, no stacks), its first
+    `steps` steps op by op::
+
+        for i in range(steps + 1):
+            if not (i < bound and cond(i, carry)): return [i, *carry]
+            if i < steps: carry = body(i, carry)
+        return functional_while(*operands)    # from its start, as one program
+    """
+    cond_consts, body_consts, bound, carry = split_operands(
+        operands, params["cond_nconsts"], params["body_nconsts"])
+    for i in map(np.int32, range(steps + 1)):
+        if not (i < bound and call(params["cond_jaxpr"], *cond_consts, i, *carry)[0]):
+            return [i, *carry]
+        if i < steps:
+            carry = call(params["body_jaxpr"], *body_consts, i, *carry)
+    return apply_primitive(functional_while_p, *operands, **params)
 
 
 def functional_while_abstract_eval(*avals, cond_jaxpr, body_jaxpr, accumulators, stack_rows, **_):

@@ -14,19 +14,18 @@ block each (`reverse/_stored.py`, `reverse/_checkpointed.py`, `reverse/_budget.p
 from jax.interpreters import ad, batching, mlir
 from jax.interpreters import partial_eval as pe
 
-from whilst._jax_compat import apply_primitive, def_error_check, def_linearization
+from whilst._jax_compat import def_error_check, def_linearization
 from whilst.ir._checkify import functional_while_error_check
 from whilst.ir._functional_while import (
-    functional_while_abstract_eval, functional_while_batching, functional_while_jvp,
-    functional_while_p)
+    functional_while_abstract_eval, functional_while_batching, functional_while_impl,
+    functional_while_jvp, functional_while_p)
 from whilst.ir._partial_eval import (
     functional_while_partial_eval, functional_while_partial_eval_custom,
     functional_while_transpose)
 from whilst.ir._while_lowering import functional_while_lowering
 from whilst.ir.reverse._linearization import functional_while_linearization
 
-functional_while_p.def_impl(
-    lambda *args, **params: apply_primitive(functional_while_p, *args, **params))
+functional_while_p.def_impl(functional_while_impl)
 functional_while_p.def_effectful_abstract_eval(functional_while_abstract_eval)
 ad.primitive_jvps[functional_while_p] = functional_while_jvp
 batching.fancy_primitive_batchers[functional_while_p] = functional_while_batching

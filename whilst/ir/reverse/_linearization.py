@@ -29,7 +29,7 @@ import numpy as np
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import is_concrete, linearization_depth, to_concrete_value
-from whilst.ir._functional_while import functional_while_p, split_operands
+from whilst.ir._functional_while import loops_stepped_first, split_operands, stepped_while
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
@@ -39,7 +39,7 @@ from whilst.ir.reverse._stored import step_residuals, stored_linearize
 from whilst.ir.reverse._policy import (
     Budget, Checkpointed, EveryStep, Inlined, stores_every_step)
 from whilst.ir._stacks import NO_STACKS, StackParams, explicit_form, explicit_layout
-from whilst.ir._tracing import call, tracing_for
+from whilst.ir._tracing import tracing_for
 
 
 def functional_while_linearization(is_vjp, nzs, *primals, **params):
@@ -76,11 +76,15 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         return checkpointed_linearize(nzs, *primals, **params,
                                       checkpoints=policy.copies(total_nbytes(carry_avals)),
                                       nbytes=policy.nbytes)
-    steps = step_residuals(is_vjp, nzs, *primals, **params)
-    if stores_every_step(policy, static_bound, steps.row_bytes):
-        return stored_linearize(steps, *primals, **params)
+    steps = None   # traced where needed: a loop bounded by its values does not use them
+    if static_bound is not None:
+        steps = step_residuals(is_vjp, nzs, *primals, **params)
+        if stores_every_step(policy, static_bound, steps.row_bytes):
+            return stored_linearize(steps, *primals, **params)
     if by_value and _by_value(primals, params):
         return _bounded_linearization(to_come, is_vjp, nzs, primals, loop)
+    if steps is None:
+        steps = step_residuals(is_vjp, nzs, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come, static_bound)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
@@ -124,24 +128,10 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
 
 
 def _trips(primals, params) -> int:
-    """The steps the loop takes from `primals` (values): stepped here op by op (no
-    program compiled) while it may still end within the steps `inlined_policy`
-    inlines, else run as one program::
-
-        for i in range(most_inlined_steps(body) + 1):
-            if not (i < bound and cond(i, carry)): return i
-            if i < most_inlined_steps(body): carry = body(i, carry)
-        return functional_while(*primals)[0]
-    """
+    """The steps the loop takes from `primals` (values): stepped op by op, with the
+    loops in its body, while it may still end within the steps `inlined_policy`
+    inlines, so that no program is compiled where it does (`stepped_while`), else run
+    as one program."""
     values = list(map(to_concrete_value, primals))
-    cond_consts, body_consts, bound, carry = split_operands(
-        values, params["cond_nconsts"], params["body_nconsts"])
-    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
-    inlined = most_inlined_steps(body)
-    with jax.ensure_compile_time_eval():
-        for i in map(np.int32, range(inlined + 1)):
-            if not (i < bound and call(cond, *cond_consts, i, *carry)[0]):
-                return int(i)
-            if i < inlined:
-                carry = call(body, *body_consts, i, *carry)
-        return int(functional_while_p.bind(*values, **params)[0])
+    with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
+        return int(stepped_while(values, params, most_inlined_steps(params["body_jaxpr"]))[0])
