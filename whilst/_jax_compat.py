@@ -17,7 +17,8 @@ from jax._src.core import is_constant_shape
 # (a JVP tracer of a concrete value included): no public test.
 from jax._src.core import is_concrete
 # The value behind a JVP or linearize tracer of a value (eager `jax.grad` of
-# `jax.grad`): reverse mode takes an eager loop's trip count from it. No public API.
+# `jax.grad`): reverse mode takes an eager loop's trip count from it (`concrete_batch`).
+# No public API.
 from jax._src.core import to_concrete_value
 # Eager loops keep their traced jaxprs (frontend/_traced_loops.py) only outside every
 # transformation: no public test for it.
@@ -72,7 +73,8 @@ from jax._src.random import threefry2x32 as _threefry2x32
 # (the next error code) as first argument, where jax 0.10.2 counts codes globally.
 from jax._src import checkify as _checkify
 # Which transformations trace a value (a budget shrinks under reverse mode of
-# reverse mode): tracers name their transformation only by their class.
+# reverse mode; eager reverse mode under jax.vmap takes a loop's trip count from the
+# batch behind them): tracers name their transformation only by their class.
 from jax._src.interpreters.ad import JVPTracer, LinearizeTracer
 from jax._src.interpreters.batching import BatchTracer
 
@@ -81,13 +83,13 @@ __all__ = [
     "NamedAxisEffect", "apply_primitive", "backward_pass", "batch_jaxpr", "broadcast_in_dim",
     "checkify_context", "checkify_jaxpr", "def_error_check", "error_effects",
     "with_error_effects",
-    "close_jaxpr", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
+    "close_jaxpr", "concrete_batch", "convert_constvars_jaxpr", "convert_element_type", "debug_info",
     "def_linearization", "ir_consts", "is_concrete", "is_constant_shape", "jaxpr_forwarding",
     "join_effects", "jvp_jaxpr", "linearization_depth", "linearize_jaxpr",
     "lowered_as_function", "merge_lists",
     "move_binders_to_back", "move_binders_to_front", "moveaxis", "partial_eval_jaxpr_nounits",
     "partition_list", "prune_closed_jaxpr_outputs", "pvary", "pvary_p", "scan_known_hoisting",
-    "split_list", "threefry_rounds_unrolled", "to_concrete_value", "trace_state_clean",
+    "split_list", "threefry_rounds_unrolled", "trace_state_clean",
 ]
 
 # jax 0.11 merged ClosedJaxpr into Jaxpr and gave linearization "structured
@@ -124,6 +126,30 @@ def linearization_depth(x) -> int:
         depth += isinstance(x, LinearizeTracer)
         x = x.val if isinstance(x, BatchTracer) else x.primal
     return depth
+
+
+def concrete_batch(xs) -> tuple[list, list] | None:
+    """`(values, batch_dims)` behind `xs`, seen through the JVP and linearize tracers of
+    derivatives and the batching tracers of one `jax.vmap` (`jax.vmap(jax.grad(f))`
+    eagerly): each one's concrete value, the whole batch where it is batched (its
+    batch axis in `batch_dims`, else None); None where one has no concrete value or
+    they are batched by more than one `jax.vmap`."""
+    values, dims, batches = [], [], set()
+    for x in xs:
+        while isinstance(x, (LinearizeTracer, JVPTracer)):
+            x = x.primal
+        dim = None
+        if isinstance(x, BatchTracer):
+            if not (x.batch_dim is None or isinstance(x.batch_dim, int)):
+                return None
+            batches.add(x._trace)
+            dim, x = x.batch_dim, x.val
+        value = to_concrete_value(x)
+        if value is None:
+            return None
+        values.append(value)
+        dims.append(dim)
+    return (values, dims) if len(batches) <= 1 else None
 
 
 def scan_known_hoisting(jaxpr_known, known_consts, num_res):

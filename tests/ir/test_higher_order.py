@@ -3,6 +3,7 @@
 JAX's derivatives of the loops unrolled in Python, memory from XLA's compiled memory
 analysis, size from the lowered module."""
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -216,6 +217,52 @@ def test_second_derivative_of_a_vmapped_unbounded_loop_eagerly_and_under_jit():
     want = jax.grad(jax.grad(f_unrolled))(0.9)
     np.testing.assert_allclose(jax.grad(jax.grad(f))(0.9), want, rtol=1e-6)
     np.testing.assert_allclose(jax.jit(jax.grad(jax.grad(f)))(0.9), want, rtol=1e-6)
+
+
+def shrink_to_one(x, cap):
+    """Lanes of different trip counts: `y <- 0.5 y + 0.1 sin(y)` while `y > 1`, at most
+    `cap` steps."""
+    return whilst.while_loop(lambda y: y > 1.0, lambda y: 0.5 * y + 0.1 * jnp.sin(y), [x],
+                             maximum_iterations=cap)
+
+
+def shrink_to_one_trips(x, cap):
+    y, steps = np.float32(x), 0
+    while steps < cap and y > 1.0:
+        y, steps = np.float32(0.5) * y + np.float32(0.1) * np.sin(y), steps + 1
+    return steps
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_eager_derivatives_under_vmap_bound_the_loop_by_its_lanes_trips(order):
+    """`jax.vmap(jax.grad(f))` eagerly: reverse mode takes the trip count from the
+    batch behind the tracers, the most steps of a lane (0 to 7 here), and bounds the
+    loop by it, each lane still stopping at its own test and its own
+    `maximum_iterations`; against `jax.grad` of each lane's steps unrolled."""
+    xs = jnp.array([0.5, 1.5, 3.0, 9.0, 40.0, 90.0])
+    caps = jnp.array([5, 5, 5, 2, 5, 9])
+    got = jax.vmap(derivative(shrink_to_one, order))(xs, caps)
+    for x, cap, g in zip(xs, caps, got):
+        steps = shrink_to_one_trips(x, int(cap))
+        want = derivative(lambda y: unrolled(lambda y: True, lambda y: 0.5 * y + 0.1 * jnp.sin(y),
+                                             [y], steps)[0], order)(x)
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_eager_derivatives_under_vmap_inline_the_steps_every_lane_takes(order, caplog):
+    """Every lane of the nested pair takes the same steps: reverse mode inlines them on
+    the batch, so once JAX has compiled the ops a call compiles no program (each
+    compiled the budget's loops, 30 s at order 3)."""
+    f = jax.vmap(derivative(cos_pair_unbounded, order))
+    xs = jnp.linspace(0.1, 1.0, 4)
+    jax.block_until_ready(f(xs))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+        got = f(xs)
+    assert not [r for r in caplog.records if r.getMessage().startswith("Compiling ")]
+    want = jax.vmap(derivative(lambda x: cos_twice_unrolled(cos_twice_unrolled(x)), order))(xs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 def test_third_derivative_of_an_unbounded_loop_under_jit():

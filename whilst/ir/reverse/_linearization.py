@@ -13,7 +13,8 @@ policy (`_policy.py`)::
         stored_linearize(...)                # _stored.py: every step's residuals
     elif the operands are values (eagerly, `_by_value`) and the policy is the user's:
         n = the loop's trip count from them  # it runs once more, as a value
-        if inlined_policy(policy, n, ...) inlines:
+                                             # (under jax.vmap: its lanes' most)
+        if inlined_policy(policy, n, ...) inlines (and every lane takes n):
             inlined_linearize_by_value(...)  # _inlined.py: the steps on the values
         else: the same, with bound = static_bound = n
     elif policy is Checkpointed(K):
@@ -26,10 +27,12 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from jax import lax
 from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import is_concrete, linearization_depth, to_concrete_value
-from whilst.ir._functional_while import loops_stepped_first, split_operands, stepped_while
+from whilst._jax_compat import concrete_batch, linearization_depth
+from whilst.ir._functional_while import (
+    functional_while_p, loops_stepped_first, split_operands, stepped_while)
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
@@ -92,46 +95,56 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
 
 def _by_value(primals, params) -> bool:
     """Whether the loop's trip count can be taken from its operands: they are values
-    (eagerly, seen through the tracers of further derivatives: `jax.grad(jax.grad(f))`),
-    its policy is the user's (`Budget` or `Checkpointed(K)`, not those of the loops
-    reverse mode builds) and its cond and body have no effects (the loop runs once
-    more)."""
+    (eagerly, seen through the tracers of further derivatives, `jax.grad(jax.grad(f))`,
+    and of one `jax.vmap`: `concrete_batch`), its policy is the user's (`Budget` or
+    `Checkpointed(K)`, not those of the loops reverse mode builds) and its cond and body
+    have no effects (the loop runs once more)."""
     policy = params["gradient"]
     users = isinstance(policy, Budget) or (
         type(policy) is Checkpointed and policy.nbytes is None and not policy.over_chunks)
     return (users and not params["cond_jaxpr"].effects and not params["body_jaxpr"].effects
-            and all(map(is_concrete, primals)))
+            and concrete_batch(primals) is not None)
 
 
 def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
     """The rule for the same loop bounded by the n steps it takes from `primals`
-    (values: `_by_value`)::
+    (values: `_by_value`; under `jax.vmap`, the most steps of a lane)::
 
         n = functional_while(*primals)[0]
-        bound = static_bound = n
-        gradient = inlined_policy(gradient, n, cond, body)   # Inlined(n) where small
+        bound = min(bound, n); static_bound = n
+        gradient = inlined_policy(gradient, n, cond, body)   # Inlined(n) where small,
+                                                             # and every lane takes n
 
     so reverse mode linearizes n steps: inlined (linearized on the values, so that
     loops in the body see values too), or stored where their rows fit the budget (a
     `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise, as for a
     loop bounded at trace time, with no schedule for steps past them."""
-    trips = _trips(primals, params)
-    cond_consts, body_consts, _, carry = split_operands(
+    trips, every_lane = _trips(primals, params)
+    cond_consts, body_consts, bound, carry = split_operands(
         primals, params["cond_nconsts"], params["body_nconsts"])
-    gradient = inlined_policy(params["gradient"], trips, params["cond_jaxpr"],
-                              params["body_jaxpr"])
+    gradient = params["gradient"]
+    if every_lane:
+        gradient = inlined_policy(gradient, trips, params["cond_jaxpr"], params["body_jaxpr"])
     if isinstance(gradient, Inlined):
         return inlined_linearize_by_value(nzs, *primals, **dict(params, gradient=gradient))
-    return _linearization(to_come, is_vjp, nzs, *cond_consts, *body_consts, np.int32(trips),
+    bound = np.int32(trips) if every_lane else lax.min(bound, np.int32(trips))
+    return _linearization(to_come, is_vjp, nzs, *cond_consts, *body_consts, bound,
                           *carry, by_value=False,
                           **dict(params, static_bound=trips, gradient=gradient))
 
 
-def _trips(primals, params) -> int:
-    """The steps the loop takes from `primals` (values): stepped op by op, with the
-    loops in its body, while it may still end within the steps `inlined_policy`
-    inlines, so that no program is compiled where it does (`stepped_while`), else run
-    as one program."""
-    values = list(map(to_concrete_value, primals))
+def _trips(primals, params) -> tuple[int, bool]:
+    """`(n, every_lane)`: the steps the loop takes from `primals` (values), the most
+    of any lane under `jax.vmap`, and whether every lane takes n. Stepped op by op,
+    with the loops in its body, while it may still end within the steps
+    `inlined_policy` inlines, so that no program is compiled where it does
+    (`stepped_while`), else run as one program."""
+    values, dims = concrete_batch(primals)
+    steps = most_inlined_steps(params["body_jaxpr"])
     with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
-        return int(stepped_while(values, params, most_inlined_steps(params["body_jaxpr"]))[0])
+        if all(d is None for d in dims):
+            return int(stepped_while(values, params, steps)[0]), True
+        lanes = np.asarray(jax.vmap(lambda *operands: functional_while_p.bind(
+            *operands, **params)[0], in_axes=dims)(*values))
+    trips = int(lanes.max(initial=0))
+    return trips, bool((lanes == trips).all())
