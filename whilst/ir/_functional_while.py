@@ -147,7 +147,7 @@ _STEPS_FIRST = contextvars.ContextVar("whilst_steps_first", default=None)
 @contextlib.contextmanager
 def loops_stepped_first(most_steps):
     """Within, loops evaluated on values (without effects or stacks) run their first
-    `most_steps(body_jaxpr)` steps op by op (`stepped_while`), so that one which ends
+    `most_steps(body_jaxpr)` steps op by op (`_stepped_while`), so that one which ends
     within them compiles no program (eager reverse mode counting a loop's trips)."""
     token = _STEPS_FIRST.set(most_steps)
     try:
@@ -157,16 +157,16 @@ def loops_stepped_first(most_steps):
 
 
 def functional_while_impl(*operands, **params):
-    """Evaluation: one compiled program, or `stepped_while` within
+    """Evaluation: one compiled program, or `_stepped_while` within
     `loops_stepped_first`."""
     most_steps = _STEPS_FIRST.get()
     if (most_steps is None or StackParams.of(params).any or params["cond_jaxpr"].effects
             or params["body_jaxpr"].effects):
         return apply_primitive(functional_while_p, *operands, **params)
-    return stepped_while(operands, params, most_steps(params["body_jaxpr"]))
+    return _stepped_while(operands, params, most_steps(params["body_jaxpr"]))
 
 
-def stepped_while(operands, params, steps: int) -> list:
+def _stepped_while(operands, params, steps: int) -> list:
     """`functional_while(*operands)` on values (no effects, no stacks), its first
     `steps` steps op by op::
 

@@ -31,8 +31,7 @@ from jax import lax
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import concrete_batch, linearization_depth
-from whilst.ir._functional_while import (
-    functional_while_p, loops_stepped_first, split_operands, stepped_while)
+from whilst.ir._functional_while import functional_while_p, loops_stepped_first, split_operands
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
@@ -135,16 +134,17 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
 
 def _trips(primals, params) -> tuple[int, bool]:
     """`(n, every_lane)`: the steps the loop takes from `primals` (values), the most
-    of any lane under `jax.vmap`, and whether every lane takes n. Stepped op by op,
-    with the loops in its body, while it may still end within the steps
-    `inlined_policy` inlines, so that no program is compiled where it does
-    (`stepped_while`), else run as one program."""
+    of any lane under `jax.vmap`, and whether every lane takes n. Within
+    `loops_stepped_first`, the loop and those in its body are stepped op by op while
+    they may still end within the steps `inlined_policy` inlines, so that no program
+    is compiled where they do, else run as one program."""
     values, dims = concrete_batch(primals)
-    steps = most_inlined_steps(params["body_jaxpr"])
+
+    def trips(*operands):
+        return functional_while_p.bind(*operands, **params)[0]
+
     with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
-        if all(d is None for d in dims):
-            return int(stepped_while(values, params, steps)[0]), True
-        lanes = np.asarray(jax.vmap(lambda *operands: functional_while_p.bind(
-            *operands, **params)[0], in_axes=dims)(*values))
-    trips = int(lanes.max(initial=0))
-    return trips, bool((lanes == trips).all())
+        batched = any(d is not None for d in dims)
+        lanes = np.asarray(jax.vmap(trips, in_axes=dims)(*values) if batched else trips(*values))
+    n = int(lanes.max(initial=0))
+    return n, bool((lanes == n).all())
