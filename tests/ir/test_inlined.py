@@ -189,6 +189,44 @@ def test_eager_gradients_step_the_loops_in_a_body_too_compiling_nothing(caplog):
         assert_close(got, oracle(0.3))
 
 
+def test_eager_derivatives_run_each_step_once_counting_it_as_it_runs():
+    """Eagerly, reverse mode counts a loop's steps as it linearizes them (it ends
+    within the steps inlined): each step of the loop, and of one in its body, runs
+    once per call at orders 1-3, where counting the trips apart ran them twice. A
+    `jax.pure_callback` on the counter (no tangent) counts the steps run."""
+    runs = []
+
+    def one(t):
+        runs.append(t)
+        return np.ones_like(t)
+
+    def step(t):
+        return t + jax.pure_callback(one, jax.ShapeDtypeStruct((), jnp.float32), t)
+
+    def inner(y):
+        return whilst.while_loop(lambda t, _: t < 2.0, lambda t, y: (step(t), jnp.cos(y)),
+                                 [0.0, y])[1]
+
+    def loop(x):
+        return whilst.while_loop(lambda t, _: t < 3.0, lambda t, y: (step(t), jnp.cos(y)),
+                                 [0.0, x])[1]
+
+    def nest(x):
+        return whilst.while_loop(lambda t, _: t < 3.0, lambda t, y: (t + 1.0, inner(y)),
+                                 [0.0, x])[1]
+
+    for f, steps, oracle in [(loop, 3, lambda x: jnp.cos(jnp.cos(jnp.cos(x)))),
+                             (nest, 6, lambda x: functools.reduce(
+                                 lambda y, _: jnp.cos(y), range(6), x))]:
+        grad, want = f, oracle
+        for order in (1, 2, 3):
+            grad, want = jax.grad(grad), jax.grad(want)
+            runs.clear()
+            got = grad(0.3)
+            assert len(runs) == steps, (f.__name__, order, len(runs))
+            assert_close(got, want(0.3))
+
+
 def test_the_inlined_gradient_compiles_and_runs_on_iree():
     grad = jax.grad(loss, (0, 1))
     module = whilst.compile(grad, X, W).load("local-sync")

@@ -32,8 +32,8 @@ from jax.interpreters import ad
 from jax.interpreters.ad import Zero
 
 from whilst._jax_compat import (
-    is_constant_shape, linearize_jaxpr, merge_lists, partition_list, split_list)
-from whilst.ir._functional_while import split_operands
+    concrete_batch, is_constant_shape, linearize_jaxpr, merge_lists, partition_list, split_list)
+from whilst.ir._functional_while import loops_stepped_first, split_operands
 from whilst.ir._tracing import COUNTER_AVAL, call, jaxprs_in_params, trace_closed
 from whilst.ir._unroll import nbytes
 from whilst.ir.reverse._policy import Inlined, stores_every_step
@@ -100,37 +100,74 @@ def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_ncon
     return [np.int32(steps), *carry_out], [False, *carry_nz], residuals, linearized
 
 
-def inlined_linearize_by_value(nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts,
-                               gradient: Inlined, **_):
+def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
+                               body_nconsts, gradient, **_):
     """`inlined_linearize` for operands that are values (eagerly): `jax.linearize` of
     the steps run on them, so that loops in the body see values too (their own trip
-    counts taken from them), where `linearize_jaxpr` would trace them abstractly."""
-    steps = gradient.steps
-    _, body_consts, _, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    counts taken from them), where `linearize_jaxpr` would trace them abstractly.
+    With `gradient` the user's policy (not `Inlined(steps)`), the steps are counted
+    as they run, on the values behind the tracers::
+
+        i = 0
+        while i < bound and cond(*cond_consts, i, *carry):
+            if i == most_inlined_steps(body): return None     # counted apart
+            carry = body(*body_consts, i, *carry); i += 1
+
+    and None where `inlined_policy` would not inline that many."""
+    most = gradient.steps if isinstance(gradient, Inlined) else most_inlined_steps(body_jaxpr)
+    if not isinstance(gradient, Inlined) and not isinstance(
+            inlined_policy(gradient, most, cond_jaxpr, body_jaxpr), Inlined):
+        return None
+    cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     operands_nz = [*const_nz, *carry_nz]
     fixed, varying = partition_list(operands_nz, [*body_consts, *carry])
     carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
     out_nz = [jnp.issubdtype(a.dtype, jnp.inexact) for a in carry_avals]
+    steps = []
+
+    def runs(i, carry) -> bool:
+        """`i < bound and cond(*cond_consts, i, *carry)`, on the values behind them."""
+        if isinstance(gradient, Inlined):
+            return i < most
+        seen = concrete_batch([bound, *cond_consts, *carry])
+        if seen is None or any(d is not None for d in seen[1]):
+            raise _NotCounted
+        (b, *consts), carry = split_list(seen[0], [1 + cond_nconsts])
+        with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
+            return bool(i < b) and bool(call(cond_jaxpr, *consts, np.int32(i), *carry)[0])
 
     def unrolled(*varying):
         consts, carry = split_list(merge_lists(operands_nz, fixed, list(varying)),
                                    [body_nconsts])
-        for i in range(steps):
+        i = 0
+        while runs(i, carry):
+            if i == most:
+                raise _NotCounted
             carry = call(body_jaxpr, *consts, np.int32(i), *carry)
+            i += 1
+        steps.append(i)
         return partition_list(out_nz, carry)[::-1]    # (inexact, the others)
 
-    carry_out, f_jvp, others = jax.linearize(unrolled, *varying, has_aux=True)
-    tangent = jax.make_jaxpr(f_jvp)(*[jax.typeof(x).to_tangent_aval() for x in varying])
+    try:
+        carry_out, f_jvp, others = jax.linearize(unrolled, *varying, has_aux=True)
+    except _NotCounted:
+        return None
+    residuals, f_jvp_tree = jax.tree_util.tree_flatten(f_jvp)   # a `Partial`
 
     def linearized(residuals, *tangents):
         _, dconsts, _, dcarry = split_operands(tangents, cond_nconsts, body_nconsts)
         dvarying = [ad.instantiate_zeros(t)
                     for t, nz in zip([*dconsts, *dcarry], operands_nz) if nz]
-        out = iter(jax.core.eval_jaxpr(tangent.jaxpr, residuals, *dvarying))
+        out = iter(jax.tree_util.tree_unflatten(f_jvp_tree, residuals)(*dvarying))
         return [Zero(COUNTER_AVAL.to_tangent_aval()),
                 *[next(out) if nz else Zero(a.to_tangent_aval())
                   for nz, a in zip(out_nz, carry_avals)]]
 
-    return ([np.int32(steps), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
-            list(tangent.consts), linearized)
+    return ([np.int32(steps[0]), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
+            residuals, linearized)
+
+
+class _NotCounted(Exception):
+    """The loop runs past the steps `inlined_linearize_by_value` inlines, or its
+    values are not all at hand."""

@@ -118,6 +118,10 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
     loops in the body see values too), or stored where their rows fit the budget (a
     `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise, as for a
     loop bounded at trace time, with no schedule for steps past them."""
+    if all(d is None for d in concrete_batch(primals)[1]):
+        inlined = inlined_linearize_by_value(nzs, *primals, **params)
+        if inlined is not None:   # counted as it ran: it ends within the steps inlined
+            return inlined
     trips, every_lane = _trips(primals, params)
     cond_consts, body_consts, bound, carry = split_operands(
         primals, params["cond_nconsts"], params["body_nconsts"])
