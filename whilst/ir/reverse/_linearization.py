@@ -12,11 +12,15 @@ policy (`_policy.py`)::
             K >= static_bound, or static_bound rows of residuals fit in Budget(nbytes)):
         stored_linearize(...)                # _stored.py: every step's residuals
     elif the operands are values (eagerly, `_by_value`) and the policy is the user's:
-        n = the loop's trip count from them  # it runs once more, as a value
-                                             # (under jax.vmap: its lanes' most)
-        if inlined_policy(policy, n, ...) inlines (and every lane takes n):
-            inlined_linearize_by_value(...)  # _inlined.py: the steps on the values
-        else: the same, with bound = static_bound = n
+        if it ends within the steps inlined (not under jax.vmap):
+            inlined_linearize_by_value(...)  # _inlined.py: the steps on the values,
+                                             # counted as they run
+        else:
+            n = the loop's trip count from them  # it runs once more, as a value
+                                                 # (under jax.vmap: its lanes' most)
+            if inlined_policy(policy, n, ...) inlines (and every lane takes n):
+                inlined_linearize_by_value(...)
+            else: the same, with bound = static_bound = n
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
@@ -107,7 +111,9 @@ def _by_value(primals, params) -> bool:
 
 def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
     """The rule for the same loop bounded by the n steps it takes from `primals`
-    (values: `_by_value`; under `jax.vmap`, the most steps of a lane)::
+    (values: `_by_value`; under `jax.vmap`, the most steps of a lane): inlined and
+    counted as its steps are linearized where it ends within the steps inlined (not
+    batched), else counted first::
 
         n = functional_while(*primals)[0]
         bound = min(bound, n); static_bound = n
