@@ -65,6 +65,8 @@ def check_loop_vars(loop_vars):
 
 def to_array(path: str, leaf, api="while_loop"):
     """A loop-variable leaf as a JAX array, or a TypeError naming its path."""
+    if isinstance(leaf, jax.Array):   # tracers too: `jnp.asarray` of one is one more op
+        return leaf
     if isinstance(leaf, (np.ndarray, np.generic)):
         _check_narrowing(path, np.asarray(leaf), api)
     if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
