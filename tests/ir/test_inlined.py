@@ -226,6 +226,18 @@ def test_eager_derivatives_run_each_step_once_counting_it_as_it_runs():
             assert len(runs) == steps, (f.__name__, order, len(runs))
             assert_close(got, want(0.3))
 
+    # Past the steps inlined, the steps tried inlined are not stepped again while
+    # counting: the count runs as one program, then the loop storing its rows.
+    def long(x):
+        return whilst.while_loop(lambda t, _: t < 20.0, lambda t, y: (step(t), jnp.cos(y)),
+                                 [0.0, x])[1]
+
+    runs.clear()
+    got = jax.grad(long)(0.3)
+    assert len(runs) <= MAX_INLINED_STEPS + 2 * 20, len(runs)
+    assert_close(got, jax.grad(lambda x: functools.reduce(lambda y, _: jnp.cos(y),
+                                                          range(20), x))(0.3))
+
 
 def test_the_inlined_gradient_compiles_and_runs_on_iree():
     grad = jax.grad(loss, (0, 1))

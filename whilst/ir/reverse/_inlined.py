@@ -113,11 +113,8 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
             if i == most_inlined_steps(body): return None     # counted apart
             carry = body(*body_consts, i, *carry); i += 1
 
-    and None where `inlined_policy` would not inline that many."""
+    (for a loop `inlined_policy` would inline that many steps of)."""
     most = gradient.steps if isinstance(gradient, Inlined) else most_inlined_steps(body_jaxpr)
-    if not isinstance(gradient, Inlined) and not isinstance(
-            inlined_policy(gradient, most, cond_jaxpr, body_jaxpr), Inlined):
-        return None
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
     operands_nz = [*const_nz, *carry_nz]

@@ -29,6 +29,8 @@ policy (`_policy.py`)::
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import jax
 import numpy as np
 from jax import lax
@@ -124,16 +126,20 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
     loops in the body see values too), or stored where their rows fit the budget (a
     `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise, as for a
     loop bounded at trace time, with no schedule for steps past them."""
-    if all(d is None for d in concrete_batch(primals)[1]):
+    cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
+    counted = all(d is None for d in concrete_batch(primals)[1]) and isinstance(
+        inlined_policy(params["gradient"], most_inlined_steps(body_jaxpr), cond_jaxpr,
+                       body_jaxpr), Inlined)
+    if counted:
         inlined = inlined_linearize_by_value(nzs, *primals, **params)
-        if inlined is not None:   # counted as it ran: it ends within the steps inlined
+        if inlined is not None:   # it ended within the steps inlined
             return inlined
-    trips, every_lane = _trips(primals, params)
+    trips, every_lane = _trips(primals, params, stepped_first=not counted)
     cond_consts, body_consts, bound, carry = split_operands(
         primals, params["cond_nconsts"], params["body_nconsts"])
     gradient = params["gradient"]
     if every_lane:
-        gradient = inlined_policy(gradient, trips, params["cond_jaxpr"], params["body_jaxpr"])
+        gradient = inlined_policy(gradient, trips, cond_jaxpr, body_jaxpr)
     if isinstance(gradient, Inlined):
         return inlined_linearize_by_value(nzs, *primals, **dict(params, gradient=gradient))
     bound = np.int32(trips) if every_lane else lax.min(bound, np.int32(trips))
@@ -142,18 +148,20 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
                           **dict(params, static_bound=trips, gradient=gradient))
 
 
-def _trips(primals, params) -> tuple[int, bool]:
+def _trips(primals, params, stepped_first=True) -> tuple[int, bool]:
     """`(n, every_lane)`: the steps the loop takes from `primals` (values), the most
-    of any lane under `jax.vmap`, and whether every lane takes n. Within
-    `loops_stepped_first`, the loop and those in its body are stepped op by op while
-    they may still end within the steps `inlined_policy` inlines, so that no program
-    is compiled where they do, else run as one program."""
+    of any lane under `jax.vmap`, and whether every lane takes n. `stepped_first`
+    (the loop is not known to run past them): within `loops_stepped_first`, the loop
+    and those in its body are stepped op by op while they may still end within the
+    steps `inlined_policy` inlines, so that no program is compiled where they do,
+    else run as one program."""
     values, dims = concrete_batch(primals)
 
     def trips(*operands):
         return functional_while_p.bind(*operands, **params)[0]
 
-    with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
+    stepped = loops_stepped_first(most_inlined_steps) if stepped_first else nullcontext()
+    with jax.ensure_compile_time_eval(), stepped:
         batched = any(d is not None for d in dims)
         lanes = np.asarray(jax.vmap(trips, in_axes=dims)(*values) if batched else trips(*values))
     n = int(lanes.max(initial=0))
