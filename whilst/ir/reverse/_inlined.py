@@ -21,7 +21,8 @@ Eagerly, where the operands are values (seen through the tracers of further
 derivatives), reverse mode takes any loop's trip count from them
 (`_linearization.py`) and inlines a loop that ends within as many steps
 (`inlined_linearize_by_value`): `jax.linearize` of those steps run on the values,
-so that loops in the body take their own trip counts from values too.
+counting them as they run (so each runs once), so that loops in the body take their
+own trip counts from values too.
 """
 from __future__ import annotations
 
