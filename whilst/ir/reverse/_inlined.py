@@ -122,7 +122,7 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
     fixed, varying = partition_list(operands_nz, [*body_consts, *carry])
     carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
     out_nz = [jnp.issubdtype(a.dtype, jnp.inexact) for a in carry_avals]
-    steps = []
+    taken = 0
 
     def runs(i, carry) -> bool:
         """`i < bound and cond(*cond_consts, i, *carry)`, on the values behind them."""
@@ -136,15 +136,14 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
             return bool(i < b) and bool(call(cond_jaxpr, *consts, np.int32(i), *carry)[0])
 
     def unrolled(*varying):
+        nonlocal taken
         consts, carry = split_list(merge_lists(operands_nz, fixed, list(varying)),
                                    [body_nconsts])
-        i = 0
-        while runs(i, carry):
-            if i == most:
+        while runs(taken, carry):
+            if taken == most:
                 raise _NotCounted
-            carry = call(body_jaxpr, *consts, np.int32(i), *carry)
-            i += 1
-        steps.append(i)
+            carry = call(body_jaxpr, *consts, np.int32(taken), *carry)
+            taken += 1
         return partition_list(out_nz, carry)[::-1]    # (inexact, the others)
 
     try:
@@ -162,7 +161,7 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
                 *[next(out) if nz else Zero(a.to_tangent_aval())
                   for nz, a in zip(out_nz, carry_avals)]]
 
-    return ([np.int32(steps[0]), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
+    return ([np.int32(taken), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
             residuals, linearized)
 
 
