@@ -11,7 +11,8 @@ For each loop and order k it builds `jax.grad` k times and prints, in this proce
 the seconds to trace and lower under `jax.jit` and to compile with XLA; the
 `stablehlo.while` ops of the lowered program; XLA's temporary bytes
 (`memory_analysis`); the same program's trace-and-compile time with the loops
-unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled; and,
+unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled; the
+time of the compiled programs' calls again (measured interleaved) and their ratio; and,
 eagerly (no jax.jit), the first call's seconds (trace, compile and run) of each, then
 the time of calls again (measured interleaved) and their ratio. Each derivative is checked against the unrolled
 one's.
@@ -279,7 +280,11 @@ def main():
         lowered, lower_s = timed(lambda: jax.jit(f).lower(x))
         compiled, compile_s = timed(lowered.compile)
         got_eager, eager_s = timed(lambda: jax.block_until_ready(f(x)))
-        want, unrolled_s = timed(lambda: jax.block_until_ready(jax.jit(oracle)(x)))
+        oracle_jit = jax.jit(oracle)
+        want, unrolled_s = timed(lambda: jax.block_until_ready(oracle_jit(x)))
+        jit_calls = measure({"whilst": blocking(compiled, x), "unrolled": blocking(oracle_jit, x)},
+                            warmup=1, budget_s=0.5, min_repeats=3)
+        call, unrolled_call = (jit_calls[k].median for k in ("whilst", "unrolled"))
         _, unrolled_eager_s = timed(lambda: jax.block_until_ready(oracle(x)))
         eager_again = measure({"whilst": blocking(f, x), "unrolled": blocking(oracle, x)},
                               warmup=1, budget_s=0.5, min_repeats=3)
@@ -290,20 +295,24 @@ def main():
         temp = jax_temp_bytes(compiled)
         ratio = (lower_s + compile_s) / unrolled_s
         rows.append([loop, order, f"{lower_s:.2f}", f"{compile_s:.2f}", whiles,
-                     fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio), f"{eager_s:.3f}",
+                     fmt_bytes(temp), f"{unrolled_s:.3f}", fmt_ratio(ratio), fmt_time(call),
+                     fmt_time(unrolled_call), fmt_ratio(call / unrolled_call), f"{eager_s:.3f}",
                      f"{unrolled_eager_s:.3f}", fmt_time(again), fmt_time(unrolled_again),
                      fmt_ratio(again / unrolled_again)])
         results.append(dict(loop=loop, order=order, lower_s=lower_s, compile_s=compile_s,
                             eager_s=eager_s, whiles=whiles, temp_bytes=temp,
-                            unrolled_s=unrolled_s, ratio=ratio,
+                            unrolled_s=unrolled_s, ratio=ratio, jit_call_s=call,
+                            unrolled_jit_call_s=unrolled_call,
                             unrolled_eager_s=unrolled_eager_s, eager_again_s=again,
                             unrolled_eager_again_s=unrolled_again))
         print(*rows[-1], flush=True)
     table("jax.grad^k of the 2-step cos loop counted by an int or a float, and of a pair "
           "of them nested: whilst under the default policy and the loops unrolled in Python "
-          "(same process); eagerly, a first call and calls again",
+          "(same process): under jax.jit, the first call and calls again; eagerly, a "
+          "first call and calls again",
           ["loop", "order", "trace+lower s", "XLA compile s", "whiles", "XLA temp",
-           "unrolled jit s", "whilst/unrolled", "eager s", "unrolled eager s",
+           "unrolled jit s", "whilst/unrolled", "jit call", "unrolled jit call",
+           "jit call whilst/unrolled", "eager s", "unrolled eager s",
            "eager again", "unrolled again", "again whilst/unrolled"], rows)
     nested_rows, nested = [], []
     for name, f in NESTED.items():
