@@ -14,8 +14,8 @@ the seconds to trace and lower under `jax.jit` and to compile with XLA; the
 unrolled in Python (`jnp.cos(jnp.cos(y))`), with the ratio whilst / unrolled; the
 time of the compiled programs' calls again (measured interleaved) and their ratio; and,
 eagerly (no jax.jit), the first call's seconds (trace, compile and run) of each, then
-the time of calls again (measured interleaved) and their ratio. Each derivative is checked against the unrolled
-one's.
+the time of calls again (measured interleaved) and their ratio. Each derivative is
+checked against the unrolled one's.
 
 Then, for TensorFlow's nested-loop gradient tests and a loop nest three deep (no loop
 has `maximum_iterations`), the seconds of `jax.grad` under `jax.jit` (trace, lower

@@ -114,7 +114,7 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
             if i == most_inlined_steps(body): return None     # counted apart
             carry = body(*body_consts, i, *carry); i += 1
 
-    (for a loop `inlined_policy` would inline that many steps of)."""
+    (the caller has checked that `inlined_policy` inlines that many steps)."""
     most = gradient.steps if isinstance(gradient, Inlined) else most_inlined_steps(body_jaxpr)
     cond_consts, body_consts, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
     _, const_nz, _, carry_nz = split_operands(nzs, cond_nconsts, body_nconsts)
