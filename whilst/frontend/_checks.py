@@ -69,7 +69,7 @@ def to_array(path: str, leaf, api="while_loop"):
         return leaf
     if isinstance(leaf, (np.ndarray, np.generic)):
         _check_narrowing(path, np.asarray(leaf), api)
-    if isinstance(leaf, (jax.Array, np.ndarray, np.generic, numbers.Number)) or hasattr(
+    if isinstance(leaf, (np.ndarray, np.generic, numbers.Number)) or hasattr(
             leaf, "__jax_array__"):
         try:
             return jax.numpy.asarray(leaf)

@@ -125,15 +125,14 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
     taken = 0
 
     def runs(i, carry) -> bool:
-        """`i < bound and cond(*cond_consts, i, *carry)`, on the values behind them."""
-        if isinstance(gradient, Inlined):
+        """`i < bound and cond(*cond_consts, i, *carry)`, on the values behind them
+        (`tested`: those of the bound and of cond's constants)."""
+        if tested is None:
             return i < most
-        seen = concrete_batch([bound, *cond_consts, *carry])
-        if seen is None or any(d is not None for d in seen[1]):
-            raise _NotCounted
-        (b, *consts), carry = split_list(seen[0], [1 + cond_nconsts])
+        b, *consts = tested
         with jax.ensure_compile_time_eval(), loops_stepped_first(most_inlined_steps):
-            return bool(i < b) and bool(call(cond_jaxpr, *consts, np.int32(i), *carry)[0])
+            return bool(i < b) and bool(call(cond_jaxpr, *consts, np.int32(i),
+                                             *_values(carry))[0])
 
     def unrolled(*varying):
         nonlocal taken
@@ -147,6 +146,7 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
         return partition_list(out_nz, carry)[::-1]    # (inexact, the others)
 
     try:
+        tested = None if isinstance(gradient, Inlined) else _values([bound, *cond_consts])
         carry_out, f_jvp, others = jax.linearize(unrolled, *varying, has_aux=True)
     except _NotCounted:
         return None
@@ -163,6 +163,14 @@ def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_ncons
 
     return ([np.int32(taken), *merge_lists(out_nz, others, carry_out)], [False, *out_nz],
             residuals, linearized)
+
+
+def _values(xs) -> list:
+    """The values behind `xs` (`concrete_batch`), unbatched, else `_NotCounted`."""
+    seen = concrete_batch(xs)
+    if seen is None or any(d is not None for d in seen[1]):
+        raise _NotCounted
+    return seen[0]
 
 
 class _NotCounted(Exception):

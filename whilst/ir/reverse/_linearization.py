@@ -77,8 +77,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
     if isinstance(policy, Inlined):
         return inlined_linearize(is_vjp, nzs, *primals, **params)
     if isinstance(policy, Checkpointed) and not stores_every_step(policy, static_bound):
-        if by_value and _by_value(primals, params):
-            return _bounded_linearization(to_come, is_vjp, nzs, primals, loop)
+        if by_value and (batch := _by_value(primals, params)):
+            return _bounded_linearization(to_come, is_vjp, nzs, primals, batch, loop)
         del params["gradient"]
         carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
         return checkpointed_linearize(nzs, *primals, **params,
@@ -89,8 +89,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         steps = step_residuals(is_vjp, nzs, *primals, **params)
         if stores_every_step(policy, static_bound, steps.row_bytes):
             return stored_linearize(steps, *primals, **params)
-    if by_value and _by_value(primals, params):
-        return _bounded_linearization(to_come, is_vjp, nzs, primals, loop)
+    if by_value and (batch := _by_value(primals, params)):
+        return _bounded_linearization(to_come, is_vjp, nzs, primals, batch, loop)
     if steps is None:
         steps = step_residuals(is_vjp, nzs, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
@@ -98,22 +98,23 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 
 
-def _by_value(primals, params) -> bool:
-    """Whether the loop's trip count can be taken from its operands: they are values
-    (eagerly, seen through the tracers of further derivatives, `jax.grad(jax.grad(f))`,
-    and of one `jax.vmap`: `concrete_batch`), its policy is the user's (`Budget` or
-    `Checkpointed(K)`, not those of the loops reverse mode builds) and its cond and body
-    have no effects (the loop runs once more)."""
+def _by_value(primals, params) -> tuple[list, list] | None:
+    """`concrete_batch(primals)` where the loop's trip count can be taken from its
+    operands, else None: they are values (eagerly, seen through the tracers of further
+    derivatives, `jax.grad(jax.grad(f))`, and of one `jax.vmap`), its policy is the
+    user's (`Budget` or `Checkpointed(K)`, not those of the loops reverse mode builds)
+    and its cond and body have no effects (the loop runs once more)."""
     policy = params["gradient"]
     users = isinstance(policy, Budget) or (
         type(policy) is Checkpointed and policy.nbytes is None and not policy.over_chunks)
-    return (users and not params["cond_jaxpr"].effects and not params["body_jaxpr"].effects
-            and concrete_batch(primals) is not None)
+    if not users or params["cond_jaxpr"].effects or params["body_jaxpr"].effects:
+        return None
+    return concrete_batch(primals)
 
 
-def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
+def _bounded_linearization(to_come, is_vjp, nzs, primals, batch, params):
     """The rule for the same loop bounded by the n steps it takes from `primals`
-    (values: `_by_value`; under `jax.vmap`, the most steps of a lane): inlined and
+    (values: `batch`, `_by_value`'s; under `jax.vmap`, the most steps of a lane): inlined and
     counted as its steps are linearized where it ends within the steps inlined (not
     batched), else counted first::
 
@@ -127,14 +128,15 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
     `Checkpointed(K)` with K >= n stores), and chunks of one length otherwise, as for a
     loop bounded at trace time, with no schedule for steps past them."""
     cond_jaxpr, body_jaxpr = params["cond_jaxpr"], params["body_jaxpr"]
-    counted = all(d is None for d in concrete_batch(primals)[1]) and isinstance(
+    _, dims = batch
+    counted = all(d is None for d in dims) and isinstance(
         inlined_policy(params["gradient"], most_inlined_steps(body_jaxpr), cond_jaxpr,
                        body_jaxpr), Inlined)
     if counted:
         inlined = inlined_linearize_by_value(nzs, *primals, **params)
         if inlined is not None:   # it ended within the steps inlined
             return inlined
-    trips, every_lane = _trips(primals, params, stepped_first=not counted)
+    trips, every_lane = _trips(batch, params, stepped_first=not counted)
     cond_consts, body_consts, bound, carry = split_operands(
         primals, params["cond_nconsts"], params["body_nconsts"])
     gradient = params["gradient"]
@@ -148,14 +150,15 @@ def _bounded_linearization(to_come, is_vjp, nzs, primals, params):
                           **dict(params, static_bound=trips, gradient=gradient))
 
 
-def _trips(primals, params, stepped_first=True) -> tuple[int, bool]:
-    """`(n, every_lane)`: the steps the loop takes from `primals` (values), the most
+def _trips(batch, params, stepped_first=True) -> tuple[int, bool]:
+    """`(n, every_lane)`: the steps the loop takes from its operands' values and batch
+    axes (`batch`: `concrete_batch`'s), the most
     of any lane under `jax.vmap`, and whether every lane takes n. `stepped_first`
     (the loop is not known to run past them): within `loops_stepped_first`, the loop
     and those in its body are stepped op by op while they may still end within the
     steps `inlined_policy` inlines, so that no program is compiled where they do,
     else run as one program."""
-    values, dims = concrete_batch(primals)
+    values, dims = batch
 
     def trips(*operands):
         return functional_while_p.bind(*operands, **params)[0]
