@@ -162,11 +162,11 @@ def compile(fn_or_export, *example_args, target="llvm-cpu", cpu="host", gpu_arch
         True, its duration in seconds; a compile cache hit is reported only so).
         The stages are also logged at INFO level to the `whilst` logger, silent
         unless the application configures logging.
-      loops_in_dispatch: for a module for llvm-cpu alone, first try to run each of
-        its small forward loops whole inside one dispatch (`whilst.lowering.
-        _iree_loops_in_dispatch`: loops over a few numbers, such as solvers'; the
-        others are stepped from the host), then the usual flag sets. False steps
-        every loop from the host, as on GPUs.
+      loops_in_dispatch: for a module for llvm-cpu, cuda or both, first try to run
+        each of its small loops whole inside one dispatch (`whilst.lowering.
+        _iree_loops_in_dispatch`: loops over a few numbers, such as solvers'; on
+        cuda in one thread; the others are stepped from the host), then the usual
+        flag sets. False steps every loop from the host, as on Vulkan and ROCm.
 
     Returns:
       A `Compiled`; its `stages` lists each stage with its duration.

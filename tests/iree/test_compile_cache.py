@@ -125,14 +125,15 @@ def first_text(tmp_path, args):
     return prepare_stage([whilst.export(step, *args)], ("llvm-cpu",))
 
 
-@pytest.mark.parametrize("targets", [("llvm-cpu",), ("llvm-cpu", "cuda")])
+@pytest.mark.parametrize("targets", [("llvm-cpu",), ("llvm-cpu", "cuda"), ("cuda",),
+                                     ("llvm-cpu", "rocm")])
 def test_modules_compile_with_aggressive_fusion_first(targets):
     from whilst.lowering import flag_sets
     from whilst.lowering._iree import LOOPS_IN_DISPATCH
 
     *in_dispatch, fused, plain, unhoisted = flag_sets(targets)
-    # a module for llvm-cpu alone tries its small loops inside dispatches first
-    assert in_dispatch == ([[*fused, *LOOPS_IN_DISPATCH]] if targets == ("llvm-cpu",) else [])
+    # a module for llvm-cpu, cuda or both tries its small loops inside dispatches first
+    assert in_dispatch == ([[*fused, *LOOPS_IN_DISPATCH]] if "rocm" not in targets else [])
     assert flag_sets(targets, loops_in_dispatch=False) == [fused, plain, unhoisted]
     assert "--iree-dispatch-creation-enable-aggressive-fusion=true" in fused
     assert "--iree-dispatch-creation-enable-aggressive-fusion=false" in plain

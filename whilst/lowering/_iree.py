@@ -66,6 +66,7 @@ from whilst.lowering._iree_loops import (
 from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_carry_guards import carry_guards_hoisted
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
+from whilst.lowering._iree_gpu_loop_kernels import GPU_LOOP_TARGETS, loop_kernels_single_threaded
 from whilst.lowering._iree_folded_constants import constant_expressions_folded
 from whilst.lowering._iree_loop_results import loop_results_fenced
 from whilst.lowering._iree_loops_in_dispatch import (
@@ -274,15 +275,17 @@ def flag_sets(targets, cpu="host", gpu_arch=None, loops_in_dispatch=True) -> lis
     34 -> 7 per iteration for cuda). Modules for vulkan-spirv, whose booleans are
     int32, only without it: IREE 3.13's aggressive fusion computed wrong gradients
     from those (`_iree_narrow_types`). With `loops_in_dispatch` (the default),
-    modules for llvm-cpu alone try first to run their small loops inside one
-    dispatch each (`LOOPS_IN_DISPATCH`, `source_for`)."""
+    modules for llvm-cpu and cuda (`GPU_LOOP_TARGETS`) try first to run their small
+    loops inside one dispatch each (`LOOPS_IN_DISPATCH`, `source_for`; on cuda in one
+    thread, `_iree_gpu_loop_kernels`)."""
     plain = compile_flags(targets, cpu, gpu_arch)
     unhoisted = [*plain, NO_CONST_EXPR_HOISTING]
     if "vulkan-spirv" in targets:
         return [plain, unhoisted]
     fused = compile_flags(targets, cpu, gpu_arch, aggressive_fusion=True)
     in_dispatch = ([[*fused, *LOOPS_IN_DISPATCH]]
-                   if loops_in_dispatch and tuple(targets) == ("llvm-cpu",) else [])
+                   if loops_in_dispatch and set(targets) <= {"llvm-cpu", *GPU_LOOP_TARGETS}
+                   else [])
     return [*in_dispatch, fused, plain, unhoisted]
 
 
@@ -384,7 +387,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
 
     Each compile runs in three iree-compile calls: to the executable-sources phase
-    (where the bindings are read), on to the VM program (whose branches
+    (where the bindings are read, and cuda's loop kernels set to run in one thread,
+    `loop_kernels_single_threaded`), on to the VM program (whose branches
     `branch_refs_distinct` edits), and on from it.
     Each flag set compiles its `source_for(text, flags)`, and is skipped where
     that is None. Where iree-compile fails on the dispatches of loops moved there
@@ -417,6 +421,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
             try:
                 sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
+                if has_loops_in_dispatch(flags):
+                    sources = loop_kernels_single_threaded(sources)
                 error = cannot_run(sources, targets)
                 if error is None:
                     vm = _iree_compile(sources, [*args, f"--compile-from={SOURCES_PHASE}",

@@ -1,0 +1,52 @@
+"""Loops moved into dispatches run in one GPU thread (cuda).
+
+`_iree_loops_in_dispatch` moves a loop over a few numbers into a dispatch of its
+own, where it runs as scalar code: for llvm-cpu, codegen in one workgroup
+(`DISABLE_DISTRIBUTION`). IREE 3.13's cuda codegen picks a pipeline per dispatch
+from the ops it finds there. For a dispatch whose loop stands beside elementwise
+ops (the test before its first iteration, a stack's booleans widened) it picks
+TileAndFuse over 32 threads, then refuses the loop's writes, which no thread
+distribution covers: "'vector.transfer_write' op write affecting operations on
+shared resources are restricted to lane or thread distributed contexts"
+(`iree_limits/gpu_loop_dispatch.py`). So each function of a cuda executable that
+holds a loop (`scf.while`; IREE's own dispatches hold none at this phase) gets the
+pipeline that lowers a dispatch as it stands, one workgroup of one thread::
+
+    func.attributes["translation_info"] = SINGLE_THREAD
+
+which IREE's configuration keeps (a function's own `translation_info` comes first).
+"""
+from __future__ import annotations
+
+from whilst.lowering._ir_walk import ops_where
+
+SINGLE_THREAD = ("#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<BaseLowering> "
+                 "workgroup_size = [1, 1, 1]>")
+
+# The GPU targets whose small loops move into dispatches, as llvm-cpu's do.
+GPU_LOOP_TARGETS = ("cuda",)
+
+
+def loop_kernels_single_threaded(sources: str | bytes) -> str | bytes:
+    """`sources` (iree-compile's executable-sources phase) with each function of a
+    cuda executable variant that holds an `scf.while` run in one thread
+    (SINGLE_THREAD); `sources` itself where there is none."""
+    from whilst.lowering._iree_ir import ir
+
+    with ir.Context():
+        module = ir.Module.parse(sources)
+        kernels = [f for variant in ops_where(module, _gpu_loop_variant)
+                   for f in ops_where(variant, lambda op: op.name == "func.func")
+                   if ops_where(f, lambda op: op.name == "scf.while")]
+        if not kernels:
+            return sources
+        for kernel in kernels:
+            kernel.attributes["translation_info"] = ir.Attribute.parse(SINGLE_THREAD)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def _gpu_loop_variant(op) -> bool:
+    """Whether `op` is an executable variant for one of GPU_LOOP_TARGETS."""
+    return op.name == "hal.executable.variant" and any(
+        str(op.attributes["target"]).startswith(f'#hal.executable.target<"{t}"')
+        for t in GPU_LOOP_TARGETS)
