@@ -143,7 +143,9 @@ def prepare(out_dir: str, quick: bool, only: str | None = None,
 
 def _floor(fn, args, want, rtol):
     """The exact-length twin of `fn` compiled for llvm-cpu and cuda, shaped as GPU
-    exports are: {"data", "unroll", "affinity"}, or why there is none (a string)."""
+    exports are, its scans stepped from the host (IREE's own form of the program, not
+    whilst's loops in one dispatch): {"data", "unroll", "affinity"}, or why there is
+    none (a string)."""
     import whilst
     from fixed_length import fixed_length, trip_counts
     from iree_vs_jax import without_affinity
@@ -161,7 +163,7 @@ def _floor(fn, args, want, rtol):
     for affinity, text in ((True, prepared), (False, without_affinity(prepared))):
         try:
             compiled = compile_stage(text, ["main"], targets, gpu_arch={"cuda": CUDA_ARCH},
-                                     cache=False)
+                                     cache=False, loops_in_dispatch=False)
         except whilst.CompileError as e:
             return str(e).splitlines()[0]
         got = [np.asarray(g) for g in _leaves(compiled.load("local-sync").main(*args))]

@@ -128,7 +128,8 @@ def test_small_loops_run_whole_in_one_thread_of_a_cuda_kernel():
     flags = [*compile_flags(targets, aggressive_fusion=True), *LOOPS_IN_DISPATCH]
     sources = _iree_compile(source_for(text, flags), [*flags, f"--compile-to={SOURCES_PHASE}"])
     with ir.Context():
-        module = ir.Module.parse(loop_kernels_single_threaded(sources))
+        module = ir.Module.parse(sources)
+        assert loop_kernels_single_threaded(module) == 2
         kernels = {}
         for variant in ops_where(module, lambda op: op.name == "hal.executable.variant"):
             target = str(variant.attributes["target"]).split('"')[1]
@@ -170,3 +171,30 @@ def test_the_ode_samples_solver_and_its_gradient_leave_no_loop_to_the_host_on_cu
     text = prepare([whilst.export(fn, *args, targets=("cuda",))])
     assert loop_costs(compile_to_stream(text, ("cuda",))) == []
     assert loop_costs(compile_to_stream(text, ("cuda",), loops_in_dispatch=False))
+
+
+def test_a_loops_row_writes_run_over_threads_in_cuda_code():
+    """IREE 3.13 runs a loop's in-place row write (a scatter at one index, not flagged
+    unique) in one cuda thread, element after element; flagged unique in cuda's
+    executables (`_iree_gpu_scatters`), it is tiled over threads
+    (iree_limits/gpu_serial_scatter.py). The llvm-cpu variants are left as they are,
+    and the module still gives the loop's result on the CPU."""
+    from iree_limits.gpu_serial_scatter import SHAPE, scatter_configurations
+
+    assert scatter_configurations(flagged=False) == [("Distribute", "[1, 1, 1]")]
+    assert scatter_configurations(flagged=True) == [("TileAndFuse", "[32, 1, 1]")]
+
+    def rows_written(rows, x, n):
+        def body(i, carry):
+            rows, x = carry
+            x = jnp.sin(x)
+            return rows.at[i % SHAPE[0]].set(x), x
+        return whilst.lax.fori_loop(0, n, body, (rows, x))[0]
+    rows, x0 = np.zeros((3, 64), np.float32), np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+    module = whilst.compile(rows_written, rows, x0, np.int32(5),
+                            target=["llvm-cpu", "cuda"], cache=False).load()
+    want, x = rows.copy(), x0
+    for i in range(5):
+        x = np.sin(x)
+        want[i % 3] = x
+    np.testing.assert_allclose(module.main(rows, x0, np.int32(5)), want, rtol=0, atol=1e-6)

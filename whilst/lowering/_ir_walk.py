@@ -50,6 +50,14 @@ def scatter_at_one_index(scatter) -> bool:
     shaped = ir.RankedTensorType(scatter.operands[len(scatter.operands) // 2].type)
     return shaped.has_static_shape and all(d == 1 for d in shaped.shape)
 
+def target_variants(module, targets) -> list:
+    """The `hal.executable.variant` ops of `module` (iree-compile's executable-sources
+    phase) whose target backend is one of `targets` ("cuda", "llvm-cpu", ...)."""
+    return ops_where(module, lambda op: op.name == "hal.executable.variant" and any(
+        str(op.attributes["target"]).startswith(f'#hal.executable.target<"{t}"')
+        for t in targets))
+
+
 def is_public(op) -> bool:
     """Whether a symbol op (a function) has public visibility."""
     vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None

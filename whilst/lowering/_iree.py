@@ -67,6 +67,7 @@ from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_carry_guards import carry_guards_hoisted
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_gpu_loop_kernels import GPU_LOOP_TARGETS, loop_kernels_single_threaded
+from whilst.lowering._iree_gpu_scatters import one_index_scatters_unique
 from whilst.lowering._iree_folded_constants import constant_expressions_folded
 from whilst.lowering._iree_loop_results import loop_results_fenced
 from whilst.lowering._iree_loops_in_dispatch import (
@@ -387,8 +388,8 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     (`HOISTING_CRASH_SOURCE`), the flag sets that keep const-expr hoisting are skipped.
 
     Each compile runs in three iree-compile calls: to the executable-sources phase
-    (where the bindings are read, and cuda's loop kernels set to run in one thread,
-    `loop_kernels_single_threaded`), on to the VM program (whose branches
+    (where the bindings are read, and cuda's executables edited,
+    `_gpu_executables_edited`), on to the VM program (whose branches
     `branch_refs_distinct` edits), and on from it.
     Each flag set compiles its `source_for(text, flags)`, and is skipped where
     that is None. Where iree-compile fails on the dispatches of loops moved there
@@ -421,8 +422,7 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
             seconds = LOOPS_IN_DISPATCH_SECONDS if has_loops_in_dispatch(flags) else None
             try:
                 sources = _iree_compile(source, [*args, f"--compile-to={SOURCES_PHASE}"], seconds)
-                if has_loops_in_dispatch(flags):
-                    sources = loop_kernels_single_threaded(sources)
+                sources = _gpu_executables_edited(sources, targets, has_loops_in_dispatch(flags))
                 error = cannot_run(sources, targets)
                 if error is None:
                     vm = _iree_compile(sources, [*args, f"--compile-from={SOURCES_PHASE}",
@@ -448,6 +448,22 @@ def compile_module(text: str, targets=("llvm-cpu",), cpu="host", gpu_arch=None,
     if len(met) > 1:
         error += "\nEach flag set tried failed:\n" + "\n".join(f"  {m}" for m in met)
     raise CompileError(error + (TIMEPOINT_COVERAGE_HINT if uncovered else "")) from None
+
+
+def _gpu_executables_edited(sources: bytes, targets, loops_moved: bool) -> str | bytes:
+    """`sources` (iree-compile's executable-sources phase) with cuda's one-index
+    scatters flagged unique (`_iree_gpu_scatters`) and, where loops moved into
+    dispatches, cuda's loop kernels run in one thread (`_iree_gpu_loop_kernels`);
+    `sources` itself where there is nothing to edit."""
+    from whilst.lowering._iree_ir import ir
+
+    if "cuda" not in targets:
+        return sources
+    with ir.Context():
+        module = ir.Module.parse(sources)
+        edited = one_index_scatters_unique(module)
+        edited += loop_kernels_single_threaded(module) if loops_moved else 0
+        return module.operation.get_asm(enable_debug_info=False) if edited else sources
 
 
 def has_aggressive_fusion(flags) -> bool:

@@ -18,7 +18,7 @@ which IREE's configuration keeps (a function's own `translation_info` comes firs
 """
 from __future__ import annotations
 
-from whilst.lowering._ir_walk import ops_where
+from whilst.lowering._ir_walk import ops_where, target_variants
 
 SINGLE_THREAD = ("#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<BaseLowering> "
                  "workgroup_size = [1, 1, 1]>")
@@ -27,26 +27,15 @@ SINGLE_THREAD = ("#iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<B
 GPU_LOOP_TARGETS = ("cuda",)
 
 
-def loop_kernels_single_threaded(sources: str | bytes) -> str | bytes:
-    """`sources` (iree-compile's executable-sources phase) with each function of a
-    cuda executable variant that holds an `scf.while` run in one thread
-    (SINGLE_THREAD); `sources` itself where there is none."""
+def loop_kernels_single_threaded(module) -> int:
+    """Run each function of a cuda executable variant of `module` (iree-compile's
+    executable-sources phase) that holds an `scf.while` in one thread
+    (SINGLE_THREAD), in place; returns how many."""
     from whilst.lowering._iree_ir import ir
 
-    with ir.Context():
-        module = ir.Module.parse(sources)
-        kernels = [f for variant in ops_where(module, _gpu_loop_variant)
-                   for f in ops_where(variant, lambda op: op.name == "func.func")
-                   if ops_where(f, lambda op: op.name == "scf.while")]
-        if not kernels:
-            return sources
-        for kernel in kernels:
-            kernel.attributes["translation_info"] = ir.Attribute.parse(SINGLE_THREAD)
-        return module.operation.get_asm(enable_debug_info=False)
-
-
-def _gpu_loop_variant(op) -> bool:
-    """Whether `op` is an executable variant for one of GPU_LOOP_TARGETS."""
-    return op.name == "hal.executable.variant" and any(
-        str(op.attributes["target"]).startswith(f'#hal.executable.target<"{t}"')
-        for t in GPU_LOOP_TARGETS)
+    kernels = [f for variant in target_variants(module, GPU_LOOP_TARGETS)
+               for f in ops_where(variant, lambda op: op.name == "func.func")
+               if ops_where(f, lambda op: op.name == "scf.while")]
+    for kernel in kernels:
+        kernel.attributes["translation_info"] = ir.Attribute.parse(SINGLE_THREAD)
+    return len(kernels)
