@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import write_json  # noqa: E402
 from gpu_loop_costs import time_module_on  # noqa: E402
 
-PROGRAMS = ("quickstart: grad", "pushpop 1000", "sample:lstm", "sample:newton")
+PROGRAMS = ("quickstart: grad", "sample:ode_fit", "pushpop 1000", "sample:cg", "sample:lstm",
+            "sample:newton")
 CALLS = 30
 
 
@@ -44,7 +45,7 @@ def main(out_dir: str, programs) -> None:
     rows = []
     for name in programs:
         stem = manifest[name]["stem"]
-        path = os.path.join(out_dir, stem + ".vmfb")
+        path = os.path.join(out_dir, stem + "_cuda.vmfb")
         with np.load(os.path.join(out_dir, stem + "_in.npz")) as data:
             args = [data[f"arr_{i}"] for i in range(len(data.files))]
         with open(path, "rb") as f:

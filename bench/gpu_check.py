@@ -12,8 +12,8 @@ without aggressive fusion for all its targets), runs each with `local-sync` and 
 the modules, the inputs and the CPU outputs in DIR.
 It also compiles each program's floor for llvm-cpu and cuda: the same program
 with each whilst loop replaced by a `lax.scan` of exactly the steps it takes on these
-inputs (`fixed_length.py`), what IREE 3.13 makes of the framework's own exact-length
-program; it is kept where its CPU result matches (without the entry's `stream.affinity`
+inputs (`fixed_length.py`), stepped from the host, what IREE 3.13 makes of the
+framework's own exact-length program; it is kept where its CPU result matches (without the entry's `stream.affinity`
 where only that form does, as `iree_vs_jax.py` does).
 `run` loads each module with every GPU driver that has a device, compares the outputs
 with the CPU outputs of the same module, checks JAX's GPU result against them too when

@@ -163,9 +163,13 @@ def test_wide_loops_and_large_states_stay_on_the_host():
     assert in_dispatch_form(big_state, np.zeros(8, f32)) is not None
 
 
-def test_only_modules_for_llvm_cpu_alone_run_loops_in_dispatches():
+def test_only_modules_for_llvm_cpu_and_cuda_run_loops_in_dispatches():
+    """cuda runs such a dispatch in one thread (test_gpu_exports.py); Vulkan and ROCm
+    step every loop from the host."""
     loop = lambda x: jax.lax.while_loop(lambda x: x < 1.0, lambda x: x + 0.1, x)
-    for targets in [("llvm-cpu", "cuda"), ("vulkan-spirv",), ("cuda",)]:
+    for targets in [("llvm-cpu", "cuda"), ("cuda",)]:
+        assert in_dispatch_form(loop, f32(0.0), targets=targets)
+    for targets in [("llvm-cpu", "vulkan-spirv"), ("vulkan-spirv",), ("rocm",)]:
         assert not in_dispatch_form(loop, f32(0.0), targets=targets)
 
 

@@ -1,4 +1,5 @@
-"""Loops over a few numbers run whole inside one dispatch (llvm-cpu).
+"""Loops over a few numbers run whole inside one dispatch (llvm-cpu; cuda in one
+thread, `_iree_gpu_loop_kernels`).
 
 IREE drives each `stablehlo.while` from the host: every iteration costs command
 submissions, dispatches and a readback of the loop test, about 2 us and more per
