@@ -38,6 +38,8 @@ FORMS = {"IREE's pipeline": False, "one thread": True}
 
 
 def quickstart_gradient():
+    """`(jax.grad of the README quickstart's loss, its arguments)`: sum(x ** 2) at the
+    fixed point of x <- tanh(W x)."""
     import jax
     import jax.numpy as jnp
 
@@ -54,6 +56,7 @@ def quickstart_gradient():
 
 
 def ode_fit_gradient():
+    """`(the ODE sample's loss and gradient, its arguments)`."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                     "samples"))
     import ode_fit

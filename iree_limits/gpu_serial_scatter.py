@@ -19,10 +19,22 @@ SHAPE = (3, 4096, 20, 2)
 GPU_ARCH = {"cuda": "sm_80"}
 
 
+def write_rows(rows, x, n):
+    """n steps of x = sin(x), step i writing x into rows[i % len(rows)] in place."""
+    import jax.numpy as jnp
+
+    import whilst
+
+    def body(i, carry):
+        rows, x = carry
+        x = jnp.sin(x)
+        return rows.at[i % rows.shape[0]].set(x), x
+    return whilst.lax.fori_loop(0, n, body, (rows, x))[0]
+
+
 def scatter_configurations(flagged: bool) -> list[tuple[str, str]]:
     """`(pipeline, workgroup size)` of each cuda dispatch that scatters, as IREE
     configures the loop's row writes with the scatter flagged unique or not."""
-    import jax.numpy as jnp
     import numpy as np
 
     import whilst
@@ -32,12 +44,6 @@ def scatter_configurations(flagged: bool) -> list[tuple[str, str]]:
     from whilst.lowering._iree_gpu_scatters import one_index_scatters_unique
     from whilst.lowering._iree_ir import ir
 
-    def write_rows(rows, x, n):
-        def body(i, carry):
-            rows, x = carry
-            x = jnp.sin(x)
-            return rows.at[i % SHAPE[0]].set(x), x
-        return whilst.lax.fori_loop(0, n, body, (rows, x))[0]
     args = (np.zeros(SHAPE, np.float32), np.ones(SHAPE[1:], np.float32), np.int32(5))
     text = prepare([whilst.export(write_rows, *args, targets=("cuda",))])
     flags = compile_flags(("cuda",), gpu_arch=GPU_ARCH, aggressive_fusion=True)

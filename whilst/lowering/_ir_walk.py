@@ -50,6 +50,7 @@ def scatter_at_one_index(scatter) -> bool:
     shaped = ir.RankedTensorType(scatter.operands[len(scatter.operands) // 2].type)
     return shaped.has_static_shape and all(d == 1 for d in shaped.shape)
 
+
 def target_variants(module, targets) -> list:
     """The `hal.executable.variant` ops of `module` (iree-compile's executable-sources
     phase) whose target backend is one of `targets` ("cuda", "llvm-cpu", ...)."""

@@ -67,7 +67,7 @@ from whilst.lowering._iree_direct_bindings import DIRECT_BINDINGS
 from whilst.lowering._iree_carry_guards import carry_guards_hoisted
 from whilst.lowering._iree_float64 import KEEP_64_BITS, float64_hint
 from whilst.lowering._iree_gpu_loop_kernels import GPU_LOOP_TARGETS, loop_kernels_single_threaded
-from whilst.lowering._iree_gpu_scatters import one_index_scatters_unique
+from whilst.lowering._iree_gpu_scatters import FLAGGED_TARGETS, one_index_scatters_unique
 from whilst.lowering._iree_folded_constants import constant_expressions_folded
 from whilst.lowering._iree_loop_results import loop_results_fenced
 from whilst.lowering._iree_loops_in_dispatch import (
@@ -457,7 +457,7 @@ def _gpu_executables_edited(sources: bytes, targets, loops_moved: bool) -> str |
     `sources` itself where there is nothing to edit."""
     from whilst.lowering._iree_ir import ir
 
-    if "cuda" not in targets:
+    if not set(targets) & {*FLAGGED_TARGETS, *GPU_LOOP_TARGETS}:
         return sources
     with ir.Context():
         module = ir.Module.parse(sources)

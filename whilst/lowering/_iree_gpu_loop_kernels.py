@@ -7,7 +7,9 @@ from the ops it finds there. For a dispatch whose loop stands beside elementwise
 ops (the test before its first iteration, a stack's booleans widened) it picks
 TileAndFuse over 32 threads, then refuses the loop's writes, which no thread
 distribution covers: "'vector.transfer_write' op write affecting operations on
-shared resources are restricted to lane or thread distributed contexts"
+shared resources are restricted to lane or thread distributed contexts" (the
+quickstart's gradient). For the ODE sample's it picks Distribute in one thread,
+which computes the gradient wrong by 1.7e-2 on an H200
 (`iree_limits/gpu_loop_dispatch.py`). So each function of a cuda executable that
 holds a loop (`scf.while`; IREE's own dispatches hold none at this phase) gets the
 pipeline that lowers a dispatch as it stands, one workgroup of one thread::
