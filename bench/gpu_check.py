@@ -13,8 +13,9 @@ the modules, the inputs and the CPU outputs in DIR.
 It also compiles each program's floor for llvm-cpu and cuda: the same program
 with each whilst loop replaced by a `lax.scan` of exactly the steps it takes on these
 inputs (`fixed_length.py`), stepped from the host, what IREE 3.13 makes of the
-framework's own exact-length program; it is kept where its CPU result matches (without the entry's `stream.affinity`
-where only that form does, as `iree_vs_jax.py` does).
+framework's own exact-length program; it is kept where its CPU result matches
+(without the entry's `stream.affinity` where only that form does, as `iree_vs_jax.py`
+does).
 `run` loads each module with every GPU driver that has a device, compares the outputs
 with the CPU outputs of the same module, checks JAX's GPU result against them too when
 JAX sees a GPU, times all of them and the floor on cuda interleaved in one process
