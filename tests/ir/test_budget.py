@@ -547,6 +547,32 @@ def test_a_loop_whose_steps_keep_no_rows_on_iree():
                                    rtol=1e-6)
 
 
+def decaying_in_steps(x, n, loop=whilst.while_loop):
+    """`y <- sin(decaying(y, 0.99, 3 + t))` while a float counter `t < n`: an outer loop
+    whose steps keep rows, each running an inner loop whose steps keep none, neither
+    with a bound. `loop=unrolled`: the same in plain Python."""
+    def inner(y, m):
+        return loop(lambda t, y: t < m, lambda t, y: (t + 1.0, y * 0.99), [0.0, y])[1]
+    return loop(lambda t, y: t < n, lambda t, y: (t + 1.0, jnp.sin(inner(y, 3.0 + t))),
+                [0.0, x])[1]
+
+
+@pytest.mark.parametrize("on", ["jit", pytest.param("iree", marks=pytest.mark.iree)])
+def test_vmapped_gradients_of_loops_that_keep_no_rows_nested_without_bounds(on):
+    """Under `jax.vmap` the outer gradient While runs until its last lane is done,
+    and the inner loops' gradient Whiles, with no bound to cap them, take their trip
+    counts from what the outer loop stored: lanes of 0 to 7 outer steps, against
+    `jax.grad` of the loops in Python."""
+    grad = jax.vmap(jax.grad(decaying_in_steps))
+    xs = np.array([0.5, 0.7, 0.9, 1.1], np.float32)
+    run = (jax.jit(grad) if on == "jit"
+           else whilst.compile(grad, xs, xs).load("local-sync"))
+    for ns in ([0.0, 5.0, 1.0, 3.0], [0.0, 0.0, 7.0, 0.0]):
+        want = [jax.grad(functools.partial(decaying_in_steps, n=n, loop=unrolled))(x)
+                for x, n in zip(xs, ns)]
+        np.testing.assert_allclose(run(xs, np.array(ns, np.float32)), want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 def test_a_body_with_a_debug_callback_runs_each_step_once_forwards(jit):
     """The forward While of a body with effects writes its rows as under jax.jit,
