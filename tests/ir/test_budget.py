@@ -488,7 +488,7 @@ def _loops_and_schedules(jaxpr):
     """`(loops, schedules)`: the functional Whiles in `jaxpr` and its sub-jaxprs, and
     the checkpointed policies among theirs (the budget's Whiles over chunks, a
     checkpoint schedule)."""
-    loops = [e for e in iter_loops(jaxpr)]
+    loops = list(iter_loops(jaxpr))
     return loops, [e.params["gradient"] for e in loops
                    if isinstance(e.params["gradient"], whilst.ir.Checkpointed)]
 
