@@ -33,8 +33,7 @@ factors the lowering will choose when exporting: the forward's k_f sizes them
 rows below step 0, so that its chunk reads never start below row 0. (The
 lowering never unrolls past what the layout allows.)
 
-This is used when `static_bound` rows fit in the loop's `gradient_memory`, or
-when a step keeps no rows (with any bound or none: there are no stacks);
+This is used when `static_bound` rows fit in the loop's `gradient_memory`;
 otherwise `_budget.py` stores the first steps this way and checkpoints the rest,
 and with `checkpoints` set `_checkpointed.py` linearizes instead (K carries kept,
 steps recomputed); `_linearization.py` chooses.
@@ -64,7 +63,7 @@ from whilst._jax_compat import (
     partition_list, scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
+    COUNTER_AVAL, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._packing import RowPacking
 from whilst.ir.reverse._policy import EveryStep
 from whilst.ir._stacks import pushed_rows, read_rows
@@ -79,7 +78,7 @@ linear_while_p.multiple_results = True
 
 
 def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dconsts,
-                        static_bound, name, row_offset, unroll, gradient):
+                        static_bound, name, row_offset, unroll):
     """`linear_while_p` as a `functional_while_p` (role "linear")::
 
         for i in range(n):
@@ -87,8 +86,7 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
                           *dcarry)
         return dcarry
 
-    `unroll` is the gradient While's (its transpose); `gradient` the policy of both
-    (`stored_linearize`)."""
+    `unroll` is the gradient While's (its transpose)."""
     del unroll
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -105,13 +103,12 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     _, *out = functional_while(
         [], list(operands[:nconsts]), n, dcarry,
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
-        static_bound=static_bound, name=name, role="linear", gradient=gradient)
+        static_bound=static_bound, name=name, role="linear", gradient=EveryStep())
     return out
 
 
 def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
-                           n_dconsts, static_bound, name, row_offset, unroll,
-                           gradient=EveryStep()):
+                           n_dconsts, static_bound, name, row_offset, unroll):
     """The gradient While: replay the stored steps backwards (see the module docstring)."""
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -156,12 +153,12 @@ def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
                              "gradient_while_body")
     # At most `static_bound` steps: under `jax.vmap`, an example that is done runs
     # an enclosing gradient's body too, and pops an `n` no step of it wrote.
-    bounded_n = n if static_bound is None else jax.lax.min(n, jax.lax.full_like(n, static_bound))
+    bounded_n = jax.lax.min(n, jax.lax.full_like(n, static_bound))
     _, *outs = functional_while(
         [], [*consts, *stacks], bounded_n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient", unroll=unroll,
-        gradient=gradient, pops=len(stacks), pop_pad=row_offset)
+        gradient=EveryStep(), pops=len(stacks), pop_pad=row_offset)
     given_out, started_out = split_list(outs, [ngiven])
     zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
     ct_dx_out = merge_lists(zero_ct, given_out, zero_started_out)
@@ -269,21 +266,17 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
 def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                      body_nconsts, static_bound, name, role, unroll, gradient):
     """The linearize rule of `functional_while_p` storing every step's residual rows
-    in stacks of `static_bound` rows (see the module docstring). A loop whose steps
-    keep no rows may have no bound (None): its linear and gradient Whiles then keep
-    the loop's policy, so that differentiated again, where their steps keep rows,
-    they choose as the loop does (not `EveryStep()`, which would store rows for
-    every step an int32 counts)."""
+    in stacks of `static_bound` rows (see the module docstring)."""
     cond_consts, _, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
+    assert static_bound is not None
     ncarry, n_rows, n_inv = len(carry), len(steps.row_avals), len(steps.invariants)
-    assert static_bound is not None or not n_rows
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
     n_dconsts = sum(const_nz)
     carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
 
     # (a) the primal While, pushing the residual rows of each step.
     # (no more steps per iteration than the loop can take: padding stays below the bound)
-    loop_steps = UNBOUNDED if static_bound is None else max(static_bound, 1)
+    loop_steps = max(static_bound, 1)
     grad_unroll = min(unroll_factor(always_true([]), steps.lin_body, unroll), loop_steps)
     fwd_unroll = min(unroll_factor(cond_jaxpr, steps.primal_jaxpr, unroll), loop_steps)
     pad = grad_unroll - 1
@@ -291,8 +284,7 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
         cond_consts, steps.hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
         body_jaxpr=steps.primal_jaxpr, static_bound=static_bound, name=name, role=role,
         unroll=unroll, gradient=gradient, accumulators=n_rows,
-        stack_rows=0 if static_bound is None else pushed_rows(static_bound, fwd_unroll, pad),
-        row_offset=pad)
+        stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
 
@@ -304,8 +296,7 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
         out_iter = iter(linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=steps.lin_body,
             n_invariants=n_inv, n_stacks=n_rows, n_dconsts=n_dconsts,
-            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll,
-            gradient=EveryStep() if static_bound is not None else gradient))
+            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll))
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
         return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
