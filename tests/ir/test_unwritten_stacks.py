@@ -175,10 +175,71 @@ def test_vmapped_nested_loops_in_chunks_read_written_rows_only(poisoned_stacks):
     and there popped its inner loop's count from a row no step of it wrote: poisoned,
     the inner gradient While ran 2**31 steps (unpoisoned, as long as the memory said:
     tests/ir/test_budget.py's version of this program took 1767 s in CI once in a few
-    runs). The count is now at most the inner loop's bound."""
+    runs). A lane past its bound now pops zeros: the count is 0."""
     f = functools.partial(nested_in_chunks, gradient_memory=2048)
     ns = [0, 1, 3, 7, 20]
     got = jax.jit(jax.vmap(jax.grad(f, (0, 1)), in_axes=(None, None, 0)))(X, W, jnp.array(ns))
     wants = [jax.grad(nested_in_chunks_oracle, (0, 1))(X, W, n) for n in ns]
     for g, w in zip(got, map(np.stack, zip(*wants))):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
+def _pop_all(stack, bound, pop_pad, unroll, seen):
+    """A gradient While that pops one row of `stack` per step (`bound` steps) and
+    sums them, one loop of `row` steps each, recording `(bound, i, row)` from its
+    body at each step it runs."""
+    from whilst.ir._functional_while import COUNTER_AVAL, functional_while
+    from whilst.ir._tracing import always_true, trace_closed
+
+    row, scalar = (jax.core.ShapedArray(s, jnp.float32) for s in [(1,), ()])
+
+    def body(b, r, i, total):
+        jax.debug.callback(lambda *a: seen.append(tuple(map(np.asarray, a))), b, i, r)
+        # a loop of r[0] steps (as a gradient's inner loop pops its trip count)
+        return [lax.fori_loop(0, r[0].astype(np.int32), lambda _, t: t + 1.0, total)]
+
+    _, total = functional_while(
+        [], [bound, stack], bound, [jnp.float32(0)],
+        cond_jaxpr=always_true([COUNTER_AVAL, scalar]), static_bound=8, name="pop_all",
+        body_jaxpr=trace_closed(body, [COUNTER_AVAL, row, COUNTER_AVAL, scalar], "body"),
+        role="gradient", pops=1, pop_pad=pop_pad, unroll=unroll)
+    return total
+
+
+def _check_pops(seen, stack, pop_pad):
+    """Step i < b of a loop of bound b popped `stack[b - 1 + pop_pad - i]`; a step
+    past the end, zeros."""
+    for b, i, r in seen:
+        assert r[0] == (stack[b - 1 + pop_pad - i, 0] if i < b else 0.0), (b, i, r)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_vmapped_lanes_past_their_bound_pop_zero_rows(jit):
+    """A loop that pops rows, under `jax.vmap` with a bound per lane, runs its body
+    for the lanes that are done too. Those lanes get rows of zeros, never the rows
+    below their first step: in a gradient those were never written, and a trip
+    count popped from one sized the lane's inner gradient While (it ran 2**31 steps
+    on poisoned stacks, as long as the memory said otherwise)."""
+    seen = []
+    stack = jnp.arange(1.0, 9.0)[:, None]                     # rows 1..8, all written
+    pop_all = functools.partial(_pop_all, stack, pop_pad=0, unroll=None, seen=seen)
+    bounds = np.array([0, 3, 8, 1], np.int32)
+    totals = (jax.jit(jax.vmap(pop_all)) if jit else jax.vmap(pop_all))(bounds)
+    np.testing.assert_array_equal(totals, [sum(range(1, b + 1)) for b in bounds])
+    assert sorted((int(b), int(i)) for b, i, _ in seen) == [
+        (b, i) for b in sorted(bounds) for i in range(bounds.max())]     # each lane, each step
+    _check_pops(seen, stack, 0)
+
+
+def test_unrolled_steps_past_the_end_pop_zero_rows():
+    """A gradient While of 4 steps per iteration runs the steps left after its last
+    full iteration as 4 steps whose results it picks from: those past the end pop
+    zeros, not the pad rows below the first step (here 99, in a gradient never
+    written)."""
+    stack = jnp.concatenate([jnp.full((3, 1), 99.0), jnp.arange(1.0, 9.0)[:, None]])
+    for b in range(9):
+        seen = []
+        total = jax.jit(functools.partial(_pop_all, stack, pop_pad=3, unroll=4, seen=seen))(b)
+        assert total == sum(range(1, b + 1))
+        assert sorted({int(i) for _, i, _ in seen if i < b}) == list(range(b))
+        _check_pops(seen, stack, 3)

@@ -17,12 +17,12 @@ from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
-from whilst._jax_compat import split_list
+from whilst._jax_compat import broadcast_in_dim, split_list
 from whilst.ir._buffers import uninitialized_values
 from whilst.ir._emit_ops import broadcast_scalar, const, less, subcomp
 from whilst.ir._emit_rows import read_rows, write_rows
 from whilst.ir._predicated_writes import predicated_writes
-from whilst.ir._tracing import PRED_AVAL
+from whilst.ir._tracing import PRED_AVAL, holds_a_loop
 from whilst.ir.iree_forms._unread_carries import read_every_carry
 
 ROLE_ATTR = "whilst.role"
@@ -65,6 +65,7 @@ class LoopEmitter:
         # (whether the carry holds a scalar other than a counter)
         self.picks_scalars = picks_scalars
         self._predicated = None  # `predicated_writes` of the body, once a step needs it
+        self.loop_in_body = bool(popped) and holds_a_loop(body_jaxpr.jaxpr)
 
     # ---------------------------------------------------------------- the hooks
 
@@ -145,11 +146,13 @@ class LoopEmitter:
               for n, x, w in zip(new, xs, written)]
         return xs, rows
 
-    def steps(self, i, xs, popped_rows, first_predicated, fenced=False):
+    def steps(self, i, xs, popped_rows, first_predicated, fenced=False, past_end=False):
         """k steps from step `i`, those from `first_predicated` on predicated on their
         own test: `(xs, pushed chunks, steps taken (i32), seen)`, where `seen[s]` is
         the carry step i + s sees (s = 0 .. k; unpredicated steps only). `fenced`:
-        in groups of EPILOGUE_GROUP_CARRIES carries."""
+        in groups of EPILOGUE_GROUP_CARRIES carries. `past_end`: unpredicated steps
+        may lie past the loop's end too (those after a counted loop). A step past the
+        end of a loop whose body runs a loop pops rows of zeros (`popped_if`)."""
         k = self.k
         pushed = [[] for _ in self.stack_avals]
         taken, seen = const(min(first_predicated, k)), [xs]
@@ -158,10 +161,15 @@ class LoopEmitter:
         for s in range(k):
             index = i if s == 0 else hlo.add(i, const(s))
             rows_in = [rows[k - 1 - s] for rows in popped_rows]
-            if s >= first_predicated:
+            zeroed = bool(rows_in) and self.loop_in_body
+            active = None
+            if s >= first_predicated or (past_end and zeroed):
                 active = (self.predicate(index, xs) if lanes is None else
                           hlo.reshape(ir.RankedTensorType.get([], ir.IntegerType.get_signless(1)),
                                       hlo.slice(lanes, [s], [s + 1], [1])))
+                if zeroed:
+                    rows_in = self.popped_if(active, rows_in)
+            if s >= first_predicated:
                 xs, rows = self.predicated_step(active, index, xs, rows_in)
                 taken = hlo.add(taken, hlo.convert(self.i32, active))
             else:
@@ -173,6 +181,18 @@ class LoopEmitter:
                 xs = list(hlo.OptimizationBarrierOp([*xs, taken]).results)
                 xs, taken = xs[:-1], xs[-1]
         return xs, pushed, taken, seen
+
+    def popped_if(self, active, rows):
+        """The popped `rows` if the step is `active`, else zeros. The rows a step past
+        the loop's end pops were never written (the pad below row `pop_pad`), and
+        its body, whose results are then dropped, still runs on them: where it runs
+        a loop, a trip count read from one would size that loop (billions of steps).
+        Other bodies compute only values that are dropped, for which no select is
+        spent."""
+        return [hlo.select(broadcast_scalar(active, r.type), r,
+                           broadcast_in_dim(self.ctx, mlir.ir_constant(np.zeros((), a.dtype)),
+                                            a.update(shape=a.shape[1:]), broadcast_dimensions=[]))
+                for r, a in zip(rows, self.pop_avals)]
 
     def read_popped(self, i):
         """The k rows of each popped stack that steps i .. i + k - 1 pop

@@ -36,7 +36,8 @@ class _LastStepsAfterLoop(LoopEmitter):
         if self.picks_scalars:
             results, pushed, taken, _ = self.steps(i, results, [], 0, fenced=True)
         else:
-            _, pushed, _, seen = self.steps(i, results, self.read_popped(i), self.k)
+            _, pushed, _, seen = self.steps(i, results, self.read_popped(i), self.k,
+                                            past_end=True)
             taken, *results = subcomp(self.ctx, self.last_steps, self.name_stack.extend("cond"),
                                       *self.cond_consts, i, self.bound,
                                       *(x for xs_s in seen for x in xs_s))
@@ -57,6 +58,7 @@ class CountedLoop(_LastStepsAfterLoop):
                 x = body(i + s, x)
             i += k
         xs = [x] + [x := body(i + s, x) for s in range(k)]  # fewer than k steps left
+                                                # (a step past the end pops zeros)
         steps = bound - i
         return bound, xs[steps]                 # a one-hot pick, bit for bit
     """

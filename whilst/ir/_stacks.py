@@ -33,7 +33,9 @@ body pushes with `push_row`, a `dynamic_update_slice` onto a row that holds no
 value yet, whose transpose reads the row's cotangent and leaves the stack's as
 it is: a gradient While then takes the cotangents of a loop's pushes as a
 constant rather than carrying and rewriting them (XLA copied such a carry whole
-every step).
+every step). Where the body runs a loop, it pops rows of zeros at a step past
+the bound, as a lane that is done takes under `jax.vmap`: rows below a loop's
+first step were never written, and a trip count read from one would size that loop.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from whilst._jax_compat import split_list
 
 from whilst.ir._buffers import uninitialized
 from whilst.ir._rewrite import into_control_flow, rewrite_equations
-from whilst.ir._tracing import COUNTER_AVAL, call, trace_closed
+from whilst.ir._tracing import COUNTER_AVAL, call, holds_a_loop, trace_closed
 from whilst.ir._vma import varying, vary, with_varying
 
 
@@ -214,11 +216,14 @@ def explicit_form(operands, params: dict):
     row_avals = body_jaxpr.out_avals[ncarry:]
     stacks0 = uninitialized(stack_avals(row_avals, sp.stack_rows))
     nbound = 1 if sp.pops else 0
+    loop_in_body = sp.pops and holds_a_loop(body_jaxpr.jaxpr)
 
     def body(*args):
         bcs, bound_in, (i,), xs, stacks = split_list(args, [nbc, nbound, 1, ncarry])
         cs, popped = split_pops(bcs, sp.pops)
         rows_in = read_rows(popped, bound_in[0] - 1 + sp.pop_pad - i) if sp.pops else []
+        if loop_in_body:
+            rows_in = _zeros_past_bound(rows_in, i, bound_in[0])
         outs = call(body_jaxpr, *cs, *rows_in, i, *xs)
         new_xs, rows_out = split_list(outs, [ncarry])
         return [*new_xs, *push_rows(stacks, rows_out, i + sp.row_offset)]
@@ -236,6 +241,14 @@ def explicit_form(operands, params: dict):
     new_params = dict(params, cond_jaxpr=new_cond, body_jaxpr=new_body, unroll=None,
                       body_nconsts=nbc + nbound, **NO_STACKS)
     return explicit_layout(params, operands, stacks0), new_params
+
+
+def _zeros_past_bound(rows, i, bound):
+    """`[r if i < bound else zeros for r in rows]`: under `jax.vmap` a lane past its
+    own bound runs the body too, and the rows it pops were never written; where the
+    body runs a loop, a trip count read from one would size it (billions of steps)."""
+    within = lax.lt(i, bound)
+    return [lax.select(within, r, lax.full_like(r, 0)) for r in rows]
 
 
 def explicit_layout(params: dict, per_operand: list, per_stack: list) -> list:

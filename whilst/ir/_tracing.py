@@ -132,6 +132,13 @@ def jaxprs_in_params(params: dict) -> Iterator[Jaxpr]:
             yield value.closed.jaxpr
 
 
+def holds_a_loop(jaxpr: Jaxpr) -> bool:
+    """Whether `jaxpr` (its sub-jaxprs included) runs a loop: a While or a scan."""
+    return any(eqn.primitive.name in ("while", "scan", "functional_while", "linear_while")
+               or any(map(holds_a_loop, jaxprs_in_params(eqn.params)))
+               for eqn in jaxpr.eqns)
+
+
 def call(jaxpr: ClosedJaxpr, *args) -> list:
     """Evaluate a closed jaxpr on the current trace: `jaxpr(*args)`. Inside
     `jax.shard_map`, an argument varying over fewer manual axes than its input

@@ -21,10 +21,12 @@ steps push are concatenated into one `[k, *row]` chunk written at `row_offset + 
 with one `dynamic_update_slice` (counted loops, whose `i` IREE keeps on the host) or
 one scatter of k rows (other loops: IREE would read `i` back for the
 `dynamic_update_slice`), and the rows they pop are static slices of one chunk read
-at `bound - 1 + pop_pad - i - (k-1)`. Rows of inactive steps land past the loop's
-last row, where nothing reads them; the last steps' chunk is written only if one of
-them runs (it may start past the stacks' end). Rows of symbolic shape move one by
-one, in the forms of `iree_forms/_symbolic_indexing.py` (a scatter or gather each).
+at `bound - 1 + pop_pad - i - (k-1)`; where the body runs a loop, a step past the
+loop's end (predicated, or after a counted loop) pops zeros instead of the unwritten
+rows below row `pop_pad`. Rows of inactive steps land past the loop's last row,
+where nothing reads them; the last steps' chunk is written only if one of them runs
+(it may start past the stacks' end). Rows of symbolic shape move one by one, in the
+forms of `iree_forms/_symbolic_indexing.py` (a scatter or gather each).
 
 Exported, a cond that reads the carry is evaluated at the end of the body and
 carried as a boolean (the cond region only returns it): IREE 3.13 crashes
@@ -45,7 +47,7 @@ from whilst.ir._emit_ops import subcomp
 from whilst.ir._functional_while import split_operands
 from whilst.ir._loop_forms import loop_form
 from whilst.ir._stacks import pushed_rows, split_pops
-from whilst.ir._tracing import jaxprs_in_params
+from whilst.ir._tracing import holds_a_loop
 from whilst.ir.reverse._policy import Checkpointed, over_chunks
 from whilst.ir._trip_count import counter_trips, integer_strides
 from whilst.ir._unroll import MAX_UNROLL, unroll_factor, unrolled_scans
@@ -76,7 +78,7 @@ def functional_while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts,
     counted = _always_true(cond_jaxpr)
     # IREE 3.13 runs a loop that pushes rows and holds a loop in its body wrongly
     # when its trip count bounds it (iree_limits/counted_loop_with_inner_loop.py).
-    trips = None if counted or pops or (accumulators and _holds_a_loop(body_jaxpr.jaxpr)) \
+    trips = None if counted or pops or (accumulators and holds_a_loop(body_jaxpr.jaxpr)) \
         else counter_trips(cond_jaxpr, cond_nconsts, body_jaxpr, len(consts))
     if trips is not None:  # `i < n` on a stepped counter: bounded by its trip count
         (steps_to_go,) = subcomp(ctx, trips, name_stack.extend("trips"), *cond_consts, *carry)
@@ -145,13 +147,6 @@ def _indexing_forms(cond_jaxpr, body_jaxpr, k, counter=None):
         return (device_indexing(cond_jaxpr),
                 device_indexing(body_jaxpr, () if counter is None else (counter,)))
     return onehot_indexing(cond_jaxpr), onehot_indexing(body_jaxpr)
-
-
-def _holds_a_loop(jaxpr) -> bool:
-    """Whether `jaxpr` (its sub-jaxprs included) runs a loop: a While or a scan."""
-    return any(eqn.primitive.name in ("while", "scan", "functional_while")
-               or any(map(_holds_a_loop, jaxprs_in_params(eqn.params)))
-               for eqn in jaxpr.eqns)
 
 
 def _always_true(cond_jaxpr) -> bool:

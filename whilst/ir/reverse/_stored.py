@@ -151,11 +151,8 @@ def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
     carry_avals = [*[jax.typeof(c) for c in ct_given], *zeros.avals]
     grad_body = trace_closed(body, [*in_avals, COUNTER_AVAL, *carry_avals],
                              "gradient_while_body")
-    # At most `static_bound` steps: under `jax.vmap`, an example that is done runs
-    # an enclosing gradient's body too, and pops an `n` no step of it wrote.
-    bounded_n = jax.lax.min(n, jax.lax.full_like(n, static_bound))
     _, *outs = functional_while(
-        [], [*consts, *stacks], bounded_n, [*ct_given, *zeros.initial()],
+        [], [*consts, *stacks], n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient", unroll=unroll,
         gradient=EveryStep(), pops=len(stacks), pop_pad=row_offset)
