@@ -5,7 +5,7 @@ form) stops after its first step: the gradient's loss comes out as after one ste
 The same module with the cond tested in the loop (the trip count not used), and
 the exported StableHLO run by XLA (`jax.export`'s `call`), give the Python loop's
 values. whilst bounds such loops by their cond alone
-(`whilst/ir/_while_lowering.py`, `_holds_a_loop`); this script builds the module
+(`whilst/ir/_while_lowering.py`, `holds_a_loop`); this script builds the module
 both ways (`unroll=1`, one step per iteration, is what jax 0.10.2 chose for
 tests/iree/test_scan_unroll.py) and prints
 
@@ -44,14 +44,14 @@ def python_loss(u, theta, steps):
 
 
 def losses(counted):
-    saved = while_lowering._holds_a_loop
+    saved = while_lowering.holds_a_loop
     if counted:
-        while_lowering._holds_a_loop = lambda jaxpr: False
+        while_lowering.holds_a_loop = lambda jaxpr: False
     try:
         exported = whilst.export(jax.value_and_grad(loss, argnums=(0, 1)), U, THETA,
                                  np.int32(0), name="grad")
     finally:
-        while_lowering._holds_a_loop = saved
+        while_lowering.holds_a_loop = saved
     module = whilst.compile(exported).load()
     return [round(float(module.grad(U, THETA, np.int32(n))[0]), 6) for n in (1, 4)]
 
