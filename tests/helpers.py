@@ -132,6 +132,21 @@ def nested_in_chunks(x, a, n, gradient_memory):
                                      gradient_memory=gradient_memory)[1])
 
 
+def decaying_in_steps(x, n, loop=None):
+    """`y <- sin(inner(y, 3 + t))` while a float counter `t < n`, where `inner(y, m)`
+    runs `y <- y * 0.99` while a float counter `s < m`: an outer loop whose steps keep
+    rows, each running an inner loop whose steps keep none, neither with a bound.
+    `loop=unrolled`: the same in plain Python."""
+    import whilst
+
+    loop = loop or whilst.while_loop
+
+    def inner(y, m):
+        return loop(lambda s, y: s < m, lambda s, y: (s + 1.0, y * 0.99), [0.0, y])[1]
+    return loop(lambda t, y: t < n, lambda t, y: (t + 1.0, jnp.sin(inner(y, 3.0 + t))),
+                [0.0, x])[1]
+
+
 def nested_in_chunks_oracle(x, a, n):
     """`nested_in_chunks` in plain Python."""
     for i in range(n):

@@ -213,8 +213,9 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
     chunks keeping none: `cos`, which only the rows need, is computed in one of its
     two chunk loops only. The last chunk's steps then run again writing theirs (0
     steps where that chunk wrote them). A step whose rows take no computation of their
-    own (`y * 1.5`: none) writes every chunk's rows, and so does a body holding a
-    loop (one chunk loop: the copies would multiply with the nesting)."""
+    own (`y * y`: its row is `y`, the step's input) writes every chunk's rows, and so
+    does a body holding a loop (one chunk loop: the copies would multiply with the
+    nesting)."""
     def forward_loops(fn, *args):
         jaxpr = xla_cpu_forms(jax.make_jaxpr(fn)(*args)).jaxpr
         return [e for e in jaxpr.eqns if e.primitive.name == "functional_while"
@@ -235,7 +236,7 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
         return len(chunk_loops) == 1 and chunk_loops[0].params["static_bound"] is not None
 
     assert one_chunk_loop(lambda x: whilst.while_loop(
-        lambda t, y: t < 3.0, lambda t, y: (t + 1.0, y * 1.5), [0.0, x])[1], 1.0)
+        lambda t, y: t < 3.0, lambda t, y: (t + 1.0, y * y), [0.0, x])[1], 1.0)
 
     def nested(x, loop=whilst.while_loop, **inner_options):
         def body(t, x):
@@ -244,7 +245,8 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
             return t + 1.0, jnp.sin(y) * 0.5
         return loop(lambda t, x: t < 3.0, body, [0.0, x])[1]
 
-    # the inner loop checkpointed (no stacks), the outer in chunks of its rows
+    # the inner loop's steps keep no rows (none to store, whatever its budget), the
+    # outer in chunks of its rows
     assert one_chunk_loop(functools.partial(nested, gradient_memory=0), 1.0)
     for v in [0.3, 1.0, 2.5]:
         want = jax.grad(functools.partial(nested, loop=unrolled))(v)
@@ -475,23 +477,97 @@ def test_data_dependent_stop_with_no_bound():
         np.testing.assert_allclose(t, jax.jvp(g, (x0,), (jnp.ones(4),))[1], rtol=1e-5)
 
 
+def decaying(y, c, n, **options):
+    """`y` after steps `y <- y * c` while a float counter `t < n`: a step that keeps no
+    residual rows where `c` is not differentiated (it is linear in the carry)."""
+    return whilst.while_loop(lambda t, y: t < n, lambda t, y: (t + 1.0, y * c), [0.0, y],
+                             **options)[1]
+
+
+def _loops_and_schedules(jaxpr):
+    """`(loops, schedules)`: the functional Whiles in `jaxpr` and its sub-jaxprs, and
+    the checkpointed policies among theirs (the budget's Whiles over chunks, a
+    checkpoint schedule)."""
+    loops = list(iter_loops(jaxpr))
+    return loops, [e.params["gradient"] for e in loops
+                   if isinstance(e.params["gradient"], whilst.ir.Checkpointed)]
+
+
+@pytest.mark.parametrize("gradient_memory", [None, 0])
+def test_a_loop_whose_steps_keep_no_rows_stores_every_step_at_any_length(gradient_memory):
+    """A loop without a bound whose steps keep no residual rows (TensorFlow's `x * 2.0`
+    loops) fits any budget, 0 included: it stores every step, with no chunks, no
+    schedule and no recomputation; under jax.jit one forward and one gradient While,
+    and temporaries that do not grow with its steps (10^6 here). Against
+    the unrolled loop (few steps) and a float32 product in numpy (10^6)."""
+    options = {} if gradient_memory is None else dict(gradient_memory=gradient_memory)
+    grad = jax.grad(functools.partial(decaying, **options))
+    loops, schedules = _loops_and_schedules(jax.make_jaxpr(grad)(1.0, 0.5, 3.0).jaxpr)
+    assert [e.params["role"] for e in loops] == ["forward", "gradient"] and not schedules
+    compiled = jax.jit(grad).lower(1.0, 0.5, 3.0).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < 4096
+    for y, c, n in [(1.0, 0.5, 0.0), (2.0, 0.5, 3.0), (0.7, 1.5, 40.5)]:
+        want = jax.grad(lambda y: unrolled(lambda t, y: t < n, lambda t, y: (t + 1.0, y * c),
+                                           [0.0, y])[1])(y)
+        np.testing.assert_allclose(compiled(y, c, n), want, rtol=1e-6)
+    c = np.float32(0.9999993)
+    want = np.cumprod(np.full(10**6, c, np.float32))[-1]
+    np.testing.assert_allclose(compiled(1.0, c, 1e6), want, rtol=1e-6)
+
+
+def test_a_gradient_that_keeps_no_rows_keeps_to_the_budget_differentiated_again():
+    """With respect to `y`, `decaying`'s steps keep no rows (`c` is a constant): its
+    first derivative stores every step with no bound. Differentiated again with respect
+    to `c`, the steps of that forward While and of its gradient While (`ct * c`) keep
+    rows: both then run in the budget's chunks, as the loop would (XLA temporaries
+    about the budget at 10^5 steps, not rows for every step an int32 counts)."""
+    second = jax.grad(jax.grad(decaying), 1)
+    loops, schedules = _loops_and_schedules(jax.make_jaxpr(second)(1.0, 0.5, 3.0).jaxpr)
+    assert schedules and not [e for e in loops if e.params["static_bound"] is None
+                              and isinstance(e.params["gradient"], whilst.ir.EveryStep)]
+    compiled = jax.jit(second).lower(1.0, 0.5, 3.0).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < 2 * whilst.ir.DEFAULT_GRADIENT_MEMORY
+    for y, c, n in [(1.0, 0.5, 0.0), (2.0, 0.5, 3.0), (0.7, 1.01, 40.5)]:
+        want = jax.grad(jax.grad(lambda y, c: unrolled(
+            lambda t, y: t < n, lambda t, y: (t + 1.0, y * c), [0.0, y])[1]), 1)(y, c)
+        np.testing.assert_allclose(compiled(y, c, n), want, rtol=1e-5)
+    c = np.float32(0.99999)
+    np.testing.assert_allclose(compiled(1.0, c, 1e5), 1e5 * np.float64(c) ** (1e5 - 1),
+                               rtol=2e-3)
+
+
+@pytest.mark.iree
+def test_a_loop_whose_steps_keep_no_rows_on_iree():
+    """The same loop's gradient, exported with no bound and no stacks, on IREE."""
+    module = whilst.compile(jax.grad(decaying), 1.0, 0.5, 3.0).load("local-sync")
+    for y, c, n in [(1.0, 0.5, 0.0), (2.0, 0.5, 3.0), (0.7, 1.5, 40.5)]:
+        want = jax.grad(lambda y: unrolled(lambda t, y: t < n, lambda t, y: (t + 1.0, y * c),
+                                           [0.0, y])[1])(y)
+        np.testing.assert_allclose(module(np.float32(y), np.float32(c), np.float32(n)), want,
+                                   rtol=1e-6)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 def test_a_body_with_a_debug_callback_runs_each_step_once_forwards(jit):
     """The forward While of a body with effects writes its rows as under jax.jit,
     where it runs each step once (exported, the last chunk's steps would run
     twice): the callback sees the 17 steps once each when every row fits, and the
     chunks' steps again, recomputed for their gradient, past a small budget."""
+    def body(i, y):
+        jax.debug.callback(lambda i: calls.append(int(i)), i)
+        return i + 1, y * 1.1 + 0.01 * jnp.sin(y)
+
     def f(y, **options):
-        def body(i, y):
-            jax.debug.callback(lambda i: calls.append(int(i)), i)
-            return i + 1, y * 1.1
         return whilst.while_loop(lambda i, y: y < 5.0, body, [0, y], **options)[1]
 
+    calls = []
+    want = jax.grad(lambda y: unrolled(lambda i, y: y < 5.0, body, [0, y])[1])(1.0)
+    assert calls == list(range(17))
     for options, want_calls in [({}, list(range(17))), (dict(gradient_memory=24), None)]:
         calls = []
         grad = jax.grad(functools.partial(f, **options))
         got = (jax.jit(grad) if jit else grad)(1.0)
-        np.testing.assert_allclose(got, 1.1 ** 17, rtol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
         if want_calls is not None:
             assert calls == want_calls
         else:

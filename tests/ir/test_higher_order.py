@@ -327,10 +327,11 @@ def _simple_nested(loop):
 def test_nested_unbounded_loops_emit_one_step_per_iteration_under_jit():
     """The budget's chunk gradients run their loop's own `unroll` (none: one step per
     `stablehlo.while` iteration under jax.jit), not the factor their stacks are laid
-    out for: 64 unrolled copies in every nested chunk made this 20 MB of HLO."""
+    out for: 64 unrolled copies in every nested chunk made this 20 MB of HLO. (Eight
+    loops: the inner loop's steps keep no rows, so it stores every step, no chunks.)"""
     lowered = jax.jit(jax.grad(_simple_nested(whilst.while_loop))).lower(1.0)
     factors = unroll_factors(lowered.as_text())
-    assert len(factors) == 13 and set(factors) == {1}
+    assert len(factors) == 8 and set(factors) == {1}
     for v in [0.3, 1.0, 1.5, 3.0]:
         np.testing.assert_allclose(lowered.compile()(v),
                                    jax.grad(_simple_nested(_unrolled_loop))(v), rtol=1e-6)

@@ -15,7 +15,8 @@ from jax.extend.mlir import ir
 from jax.interpreters import mlir
 
 import whilst
-from helpers import nested_in_chunks, nested_in_chunks_oracle, nested_sin_oracle, unrolled
+from helpers import (decaying_in_steps, nested_in_chunks, nested_in_chunks_oracle,
+                     nested_sin_oracle, unrolled)
 from whilst._jax_compat import broadcast_in_dim
 from whilst.ir import _buffers
 
@@ -182,6 +183,18 @@ def test_vmapped_nested_loops_in_chunks_read_written_rows_only(poisoned_stacks):
     wants = [jax.grad(nested_in_chunks_oracle, (0, 1))(X, W, n) for n in ns]
     for g, w in zip(got, map(np.stack, zip(*wants))):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+
+
+def test_vmapped_loops_without_bounds_nested_read_written_rows_only(poisoned_stacks):
+    """The inner loops keep no rows, so store every step with no bound: their
+    gradient Whiles have no bound to cap a count with. A lane that is done pops
+    zeros (the poisoned count would run 2**31 steps)."""
+    grad = jax.jit(jax.vmap(jax.grad(decaying_in_steps)))
+    xs = np.array([0.5, 0.7, 0.9, 1.1], np.float32)
+    for ns in ([0.0, 5.0, 1.0, 3.0], [0.0, 0.0, 7.0, 0.0]):
+        want = [jax.grad(functools.partial(decaying_in_steps, n=n, loop=unrolled))(x)
+                for x, n in zip(xs, ns)]
+        np.testing.assert_allclose(grad(xs, np.array(ns, np.float32)), want, rtol=1e-5)
 
 
 def _pop_all(stack, bound, pop_pad, unroll, seen):

@@ -3,6 +3,10 @@
 run is refused at compile time. Oracles: `jax.grad` of Python-unrolled loops, numpy,
 or the `llvm-cpu` result of the same module (`local-sync`)."""
 import collections
+import functools
+import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +14,7 @@ import numpy as np
 import pytest
 
 import whilst
-from helpers import REPO, unrolled, vulkan_or_skip
+from helpers import REPO, decaying_in_steps, unrolled, vulkan_or_skip
 from test_iree_corpus import GROUPS, OTHER_TEXT_ON_OLDEST_JAX, assert_tree_close
 from whilst.lowering import compile_module, prepare, target_metadata
 from whilst.runtime import load
@@ -132,6 +136,40 @@ def test_a_reverse_jacobian_of_a_reverse_jacobian_runs_on_local_task():
     want = jax.jacrev(jax.jacrev(f_unrolled))(X)
     for driver in ("local-sync", "local-task"):
         np.testing.assert_allclose(module.load(driver).main(X), want, rtol=1e-4, atol=1e-5)
+
+
+_FIRST_CALL = """
+import json, sys, numpy as np
+from whilst.runtime import load
+module = load(open(sys.argv[1], "rb").read(), driver=sys.argv[2])
+xs = np.array([0.5, 0.7, 0.9, 1.1], np.float32)
+print(json.dumps(module.main(xs, np.array([0.0, 5.0, 1.0, 3.0], np.float32)).tolist()))
+"""
+
+
+@pytest.mark.parametrize("target, drivers", [("llvm-cpu", ("local-sync", "local-task")),
+                                             ("vulkan-spirv", ("vulkan",))])
+def test_vmapped_nested_loops_without_bounds_on_a_fresh_device(target, drivers, tmp_path):
+    """The first call in a fresh process, whose device memory no earlier call
+    wrote, with lanes of unequal trip counts: a lane that is done pops its inner
+    loop's trip count from a row no step wrote unless it pops zeros (the inner
+    loops keep no rows, so store every step with no bound to cap the count). On a
+    fresh lavapipe device it did not return in 900 s; a later call, or a process
+    whose first call had equal lanes, found counts in the pooled memory."""
+    if "vulkan" in drivers:
+        vulkan_or_skip()
+    xs = np.array([0.5, 0.7, 0.9, 1.1], f32)
+    path = tmp_path / "nested.vmfb"
+    whilst.compile(jax.vmap(jax.grad(decaying_in_steps)), xs, xs, target=target).save(path)
+    want = [jax.grad(functools.partial(decaying_in_steps, n=n, loop=unrolled))(x)
+            for x, n in zip(xs, [0.0, 5.0, 1.0, 3.0])]
+    for driver in drivers:
+        try:
+            done = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(path), driver],
+                                  capture_output=True, text=True, timeout=300, check=True)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{driver}: the first call did not return in 300 s")
+        np.testing.assert_allclose(json.loads(done.stdout), want, rtol=1e-5, err_msg=driver)
 
 
 # ------------------------------------------------- samples, quickstart, runtime

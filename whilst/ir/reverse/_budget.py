@@ -1,8 +1,8 @@
 """Reverse mode within a memory budget: chunks of stored steps, checkpointed between them.
 
 A loop whose stored residuals could outgrow `gradient_memory` bytes (no bound,
-or a bound of more rows than fit) is cut into chunks of S steps, S the rows
-that fit. Linearizing it emits one forward While over the chunks::
+or a bound of more rows than fit; a step keeping some rows) is cut into chunks
+of S steps, S the rows that fit. Linearizing it emits one forward While over the chunks::
 
     # (a) the forward While (role "forward", checkpoints K)
     c, n, m = 0, 0, S
@@ -291,7 +291,8 @@ class _Chunks:
         outs = linear_while_transpose(
             ct, steps, *invariants, *stacks, *dconsts, *dcarry,
             body_jaxpr=self.lin_body, n_invariants=ninv, n_stacks=nstk, n_dconsts=ndc,
-            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.unroll)
+            static_bound=self.S, name=self.name, row_offset=self.pad, unroll=self.unroll,
+            gradient=EveryStep())
         ct_dconsts, ct = split_list(outs[1 + ninv + nstk:], [ndc])
         return ct, ct_dconsts
 

@@ -21,6 +21,8 @@ policy (`_policy.py`)::
             if inlined_policy(policy, n, ...) inlines (and every lane takes n):
                 inlined_linearize_by_value(...)
             else: the same, with bound = static_bound = n
+    elif policy is Budget(nbytes) and a step keeps no rows (no bound):
+        stored_linearize(...)                # _stored.py, no stacks: nothing to chunk
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
     else:                          # chunks of as many steps as fit, checkpoints between them
@@ -93,6 +95,8 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         return _bounded_linearization(to_come, is_vjp, nzs, primals, batch, loop)
     if steps is None:
         steps = step_residuals(is_vjp, nzs, *primals, **params)
+        if stores_every_step(policy, static_bound, steps.row_bytes):   # steps keep no rows
+            return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come, static_bound)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)

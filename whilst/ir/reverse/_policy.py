@@ -4,7 +4,8 @@ A loop's policy is one frozen value, the `gradient` parameter of
 `functional_while_p`; `_linearization.py` dispatches on it::
 
     Budget(nbytes)            # the default (nbytes = DEFAULT_GRADIENT_MEMORY):
-        if maximum_iterations rows of residuals fit in nbytes:
+        if maximum_iterations rows of residuals fit in nbytes, or a step keeps
+                no rows (any bound, or none):
             store every step's residuals                         (_stored.py)
         else:
             chunks of as many stored steps as fit, copies of the
@@ -112,8 +113,11 @@ def stores_every_step(policy: Budget | Checkpointed | EveryStep | Inlined,
 
         EveryStep(), Inlined(steps): always
         Checkpointed(K):  K >= static_bound         (not the budget's ChunkedLoop)
-        Budget(nbytes):   static_bound * row_bytes <= nbytes, or row_bytes symbolic
+        Budget(nbytes):   static_bound * row_bytes <= nbytes, or row_bytes symbolic;
+                          row_bytes == 0 with any bound or none (rows of no bytes)
     """
+    if isinstance(policy, Budget) and row_bytes == 0:
+        return True
     if static_bound is None:
         return False
     if isinstance(policy, (EveryStep, Inlined)):

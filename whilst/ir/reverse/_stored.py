@@ -33,7 +33,8 @@ factors the lowering will choose when exporting: the forward's k_f sizes them
 rows below step 0, so that its chunk reads never start below row 0. (The
 lowering never unrolls past what the layout allows.)
 
-This is used when `static_bound` rows fit in the loop's `gradient_memory`;
+This is used when `static_bound` rows fit in the loop's `gradient_memory`, or
+when a step keeps no rows (with any bound or none: there are no stacks);
 otherwise `_budget.py` stores the first steps this way and checkpoints the rest,
 and with `checkpoints` set `_checkpointed.py` linearizes instead (K carries kept,
 steps recomputed); `_linearization.py` chooses.
@@ -63,7 +64,7 @@ from whilst._jax_compat import (
     partition_list, scan_known_hoisting, split_list)
 from whilst.ir._buffers import ZeroStarted
 from whilst.ir._functional_while import (
-    COUNTER_AVAL, def_by_expansion, functional_while, split_operands)
+    COUNTER_AVAL, UNBOUNDED, def_by_expansion, functional_while, split_operands)
 from whilst.ir.reverse._packing import RowPacking
 from whilst.ir.reverse._policy import EveryStep
 from whilst.ir._stacks import pushed_rows, read_rows
@@ -78,7 +79,7 @@ linear_while_p.multiple_results = True
 
 
 def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dconsts,
-                        static_bound, name, row_offset, unroll):
+                        static_bound, name, row_offset, unroll, gradient):
     """`linear_while_p` as a `functional_while_p` (role "linear")::
 
         for i in range(n):
@@ -86,7 +87,8 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
                           *dcarry)
         return dcarry
 
-    `unroll` is the gradient While's (its transpose)."""
+    `unroll` is the gradient While's (its transpose); `gradient` the policy of both
+    (`stored_linearize`)."""
     del unroll
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -103,12 +105,12 @@ def expand_linear_while(n, *operands, body_jaxpr, n_invariants, n_stacks, n_dcon
     _, *out = functional_while(
         [], list(operands[:nconsts]), n, dcarry,
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=body_jaxpr_,
-        static_bound=static_bound, name=name, role="linear", gradient=EveryStep())
+        static_bound=static_bound, name=name, role="linear", gradient=gradient)
     return out
 
 
 def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks,
-                           n_dconsts, static_bound, name, row_offset, unroll):
+                           n_dconsts, static_bound, name, row_offset, unroll, gradient):
     """The gradient While: replay the stored steps backwards (see the module docstring)."""
     invariants, stacks, dconsts, dcarry = split_list(list(operands),
                                                      [n_invariants, n_stacks, n_dconsts])
@@ -155,7 +157,7 @@ def linear_while_transpose(cts, n, *operands, body_jaxpr, n_invariants, n_stacks
         [], [*consts, *stacks], n, [*ct_given, *zeros.initial()],
         cond_jaxpr=always_true([COUNTER_AVAL, *carry_avals]), body_jaxpr=grad_body,
         static_bound=static_bound, name=name, role="gradient", unroll=unroll,
-        gradient=EveryStep(), pops=len(stacks), pop_pad=row_offset)
+        gradient=gradient, pops=len(stacks), pop_pad=row_offset)
     given_out, started_out = split_list(outs, [ngiven])
     zero_started_out, acc_out = split_list(zeros.unpack(started_out), [sum(zero_ct)])
     ct_dx_out = merge_lists(zero_ct, given_out, zero_started_out)
@@ -263,17 +265,21 @@ def step_residuals(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_nconsts
 def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
                      body_nconsts, static_bound, name, role, unroll, gradient):
     """The linearize rule of `functional_while_p` storing every step's residual rows
-    in stacks of `static_bound` rows (see the module docstring)."""
+    in stacks of `static_bound` rows (see the module docstring). A loop whose steps
+    keep no rows may have no bound (None): its linear and gradient Whiles then keep
+    the loop's policy, so that differentiated again, where their steps keep rows,
+    they choose as the loop does (not `EveryStep()`, which would store rows for
+    every step an int32 counts)."""
     cond_consts, _, bound, carry = split_operands(primals, cond_nconsts, body_nconsts)
-    assert static_bound is not None
     ncarry, n_rows, n_inv = len(carry), len(steps.row_avals), len(steps.invariants)
+    assert static_bound is not None or not n_rows
     const_nz, carry_nz = steps.const_nz, steps.carry_nz
     n_dconsts = sum(const_nz)
     carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
 
     # (a) the primal While, pushing the residual rows of each step.
     # (no more steps per iteration than the loop can take: padding stays below the bound)
-    loop_steps = max(static_bound, 1)
+    loop_steps = UNBOUNDED if static_bound is None else max(static_bound, 1)
     grad_unroll = min(unroll_factor(always_true([]), steps.lin_body, unroll), loop_steps)
     fwd_unroll = min(unroll_factor(cond_jaxpr, steps.primal_jaxpr, unroll), loop_steps)
     pad = grad_unroll - 1
@@ -281,7 +287,8 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
         cond_consts, steps.hoisted_consts, bound, carry, cond_jaxpr=cond_jaxpr,
         body_jaxpr=steps.primal_jaxpr, static_bound=static_bound, name=name, role=role,
         unroll=unroll, gradient=gradient, accumulators=n_rows,
-        stack_rows=pushed_rows(static_bound, fwd_unroll, pad), row_offset=pad)
+        stack_rows=0 if static_bound is None else pushed_rows(static_bound, fwd_unroll, pad),
+        row_offset=pad)
     carry_out, stacks = split_list(outs, [ncarry])
     carry_tangent_avals = [a.to_tangent_aval() for a in carry_avals]
 
@@ -293,7 +300,8 @@ def stored_linearize(steps: StepResiduals, *primals, cond_jaxpr, body_jaxpr, con
         out_iter = iter(linear_while_p.bind(
             *n, *inv, *stk, *dconsts, *dcarry, body_jaxpr=steps.lin_body,
             n_invariants=n_inv, n_stacks=n_rows, n_dconsts=n_dconsts,
-            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll))
+            static_bound=static_bound, name=name, row_offset=pad, unroll=unroll,
+            gradient=EveryStep() if static_bound is not None else gradient))
         dcarry_out = [next(out_iter) if nz else Zero(a)
                       for nz, a in zip(carry_nz, carry_tangent_avals)]
         return [Zero(COUNTER_AVAL.to_tangent_aval()), *dcarry_out]
