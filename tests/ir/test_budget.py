@@ -100,7 +100,7 @@ def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them
     (dict(gradient_memory=60), (None, 2)),                     # 1 row: not worth chunks
     (dict(gradient_memory=136), (3, 2)),                       # chunks of 3 steps
     (dict(maximum_iterations=40, gradient_memory=136), (3, 2)),
-    (dict(maximum_iterations=40, gradient_memory=1000), (20, 12)),  # 23 rows fit: 2 x 20
+    (dict(maximum_iterations=40, gradient_memory=1000), (23, 12)),  # 23 rows: 17 + 23 steps
 ])
 def test_budgets_force_each_policy_and_the_switch_mid_loop(options, want_policy):
     # Rows of this loop are 2 f32[4] (32 bytes), its carry 20 bytes: K >= 2 copies
@@ -157,11 +157,11 @@ def test_fori_loop_with_checkpoints_covering_its_trip_count_stores_every_step():
 
 
 def test_cost_is_flat_in_maximum_iterations():
-    # Past the budget, the stored rows stop growing with the bound: chunks of at most
-    # the rows that fit, those of a loop without a bound (3 x 21846 for 2**16 steps).
+    # Past the budget, the stored rows stop growing with the bound: chunks of the
+    # rows that fit, those of a loop without a bound (3 chunks for 2**16 steps).
     stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 16, 1 << 30]]
     fit = policy()[0]
-    assert stored[0] == 256 and stored[1] == 21846 and stored[2] <= fit < 1 << 16
+    assert stored[0] == 256 and stored[1] == stored[2] == fit < 1 << 16
     assert -(-(1 << 16) // fit) == 3
 
 
@@ -403,18 +403,29 @@ def test_vmap_of_grad_across_the_switch_on_iree(memory):
                                    err_msg=f"ns={ns}")
 
 
-def test_a_bounded_loop_past_its_budget_runs_in_chunks_of_one_length():
-    """A budget of 12 rows (260 bytes) and a bound of 20 steps: two chunks of 10
-    steps, where chunks of as many rows as fit would leave a last chunk of 8, the
-    one whose rows the forward keeps under jit; the gradient at every trip count."""
+@pytest.mark.parametrize("on", ["jit", "eager", pytest.param("iree", marks=pytest.mark.iree)])
+def test_a_bounded_loop_past_its_budget_ends_its_last_chunk_at_the_bound(on):
+    """A budget of 12 rows (260 bytes) and a bound of 20 steps: chunk 0 of 8 steps
+    and chunk 1 of 12, so that a loop that runs to its bound ends a full chunk (the
+    one whose rows the forward keeps under jit) and the chunk run again is the short
+    one; with no bound, chunks of 12 from step 0. The gradient at every trip count,
+    across both chunks' ends, against the unrolled loop's."""
     def bounded(x, w, n):
         return loss(x, w, n, gradient_memory=260, maximum_iterations=20)
 
     assert chunk_steps(jax.grad(lambda x, n: loss(x, W, n, gradient_memory=260)), X, 20) == {12}
-    assert chunk_steps(jax.grad(bounded), X, W, 20) == {10}
-    grad = jax.jit(jax.grad(bounded, (0, 1)))
+    assert chunk_steps(jax.grad(bounded), X, W, 20) == {12}
+    _, linear = jax.linearize(lambda x: bounded(x, W, 20), X)
+    assert [(e.params["chunks"].S, e.params["chunks"].lead)
+            for e in jax.make_jaxpr(linear)(X).eqns
+            if e.primitive.name == "budget_linear_while"] == [(12, 4)]
+    grad = jax.grad(bounded, (0, 1))
+    if on == "jit":
+        grad = jax.jit(grad)
+    elif on == "iree":
+        grad = whilst.compile(grad, X, W, np.int32(20)).load("local-sync")
     for n in range(21):
-        for got, want in zip(grad(X, W, n), jax.grad(oracle, (0, 1))(X, W, n)):
+        for got, want in zip(grad(X, W, np.int32(n)), jax.grad(oracle, (0, 1))(X, W, n)):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6, err_msg=f"n={n}")
 
 

@@ -6,14 +6,17 @@ of S steps, S the rows that fit. Linearizing it emits one forward While over the
 
     # (a) the forward While (role "forward", checkpoints K)
     c, n, m = 0, 0, S
-    while m == S and n < bound and cond(n, carry):
+    while m == length(c - 1) and n < bound and cond(n, carry):
         save, k = online_policy(c)          # `_schedule.py`, over chunks
         if save: slots[k], pos[k] = carry, c
         # at most S steps, each step's rows (`_stored.py`'s) into the stacks
-        start = carry
+        carry_at_start = carry
         m, carry, stacks = stored_while(cond(n + i, ...), body(n + i, ...), carry,
-                                        stacks, bound=min(S, bound - n))
+                                        stacks, bound=min(length(c), bound - n))
         n += m; c += 1
+
+where chunk c holds `length(c)` steps from `start(c)`: S, but for chunk 0, which
+lacks `lead` of them where there is a bound, so that the chunks end at it (`_lead`).
 
 Exported, the forward While carries no stacks: its chunk loop keeps no rows
 (each iteration passing a whole stack along cost IREE a pass over the budget),
@@ -29,8 +32,9 @@ takes 0 steps unless the chunk is reversed: counted Whiles, and no
     last = c - 1; cur, fine, x = last, last + 1, last_start
     while fine > 0:
         turn = cur == fine - 1
-        x_next, stacks = stored_while(x, steps=min(S, n - cur S))  # chunk cur, new stacks
-        ct, dc = stored_gradient(stacks, ct, steps=min(S, n - cur S) if turn else 0)
+        steps = min(length(cur), n - start(cur))
+        x_next, stacks = stored_while(x, steps)            # chunk cur, new stacks
+        ct, dc = stored_gradient(stacks, ct, steps if turn else 0)
         ct_consts += dc
         if turn: fine = cur; restore the latest checkpoint (cur, x)
         else: cur += 1; x = x_next; store x if cur is the planned chunk
@@ -116,14 +120,13 @@ HIGHER_ORDER_SHARE = 32
 
 
 def budget_split(budget: int, carry_avals, steps: StepResiduals,
-                 linearizations: int = 0, static_bound: int | None = None) -> tuple[int, int]:
+                 linearizations: int = 0) -> tuple[int, int]:
     """`(S, K)`: steps per chunk and checkpoints that fit in `budget` bytes (K
     copies of the carry take at least MIN_CHECKPOINTS copies, even beyond the
     budget); S = 0 where fewer than MIN_CHUNK_ROWS steps' rows fit, and S is at
     most UNBOUNDED (a loop's most steps). Under `linearizations` more reverse-mode
     derivatives (the rule's primals are their tracers: `jax.grad(jax.grad(f))`),
-    both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`. A loop of at most
-    `static_bound` steps gets chunks of one length (`_even_chunks`)."""
+    both fit in `budget // HIGHER_ORDER_SHARE ** linearizations`."""
     budget //= HIGHER_ORDER_SHARE ** linearizations
     carry_bytes = total_nbytes(carry_avals)
     if carry_bytes is None or steps.row_bytes is None:
@@ -131,23 +134,24 @@ def budget_split(budget: int, carry_avals, steps: StepResiduals,
     carry_bytes = max(carry_bytes, 1)
     K = int(np.clip(budget // 4 // carry_bytes, MIN_CHECKPOINTS, MAX_CHECKPOINTS))
     rows = min(max(budget - K * carry_bytes, 0) // max(steps.row_bytes, 1), UNBOUNDED)
-    return (_even_chunks(int(rows), static_bound) if rows >= MIN_CHUNK_ROWS else 0), K
+    return (int(rows) if rows >= MIN_CHUNK_ROWS else 0), K
 
 
-def _even_chunks(rows: int, static_bound: int | None) -> int:
-    """Steps per chunk, at most `rows`, for a loop of at most `static_bound` steps:
-    as few chunks as cover the bound, all of one length, so that the chunk a loop
-    that runs to its bound ends in (whose rows the forward keeps under jit) is as
-    long as the others, which run again::
+def _lead(S: int, static_bound: int | None) -> int:
+    """The steps chunk 0 lacks of S, for a loop of at most `static_bound` steps: its
+    chunks then end at the bound, so that the chunk a loop that runs to its bound
+    ends in (whose rows the forward keeps under jit) is a full one, and chunk 0, run
+    again, the shortest::
 
-        chunks = ceil(static_bound / rows)
-        return ceil(static_bound / chunks)
+        chunks = ceil(static_bound / S)
+        return chunks * S - static_bound          # 0 with no bound
 
-    `rows` where there is no bound or one chunk covers it."""
-    if static_bound is None or static_bound <= rows:
-        return rows
-    chunks = -(-static_bound // rows)
-    return -(-static_bound // chunks)
+    Chunk c holds steps `max(c S - lead, 0) .. (c + 1) S - lead - 1` (0 where
+    `chunks * S` would pass int32: step numbers never wrap)."""
+    if static_bound is None or static_bound <= S:
+        return 0
+    covered = -(-static_bound // S) * S
+    return covered - static_bound if covered <= UNBOUNDED else 0
 
 
 def _shifted(jaxpr, nconsts, name):
@@ -169,6 +173,7 @@ class _Chunks:
     layout only (it is a parameter of `budget_linear_while_p`); the values the
     loops read are passed in."""
     S: int
+    lead: int             # steps chunk 0 lacks of S (`_lead`)
     name: str
     policy: Budget
     body_jaxpr: object    # the loop's body, `(*consts, i, *xs)`
@@ -182,19 +187,28 @@ class _Chunks:
     unroll: int | None    # the loop's `unroll`, given to the chunk's gradient While
 
     @classmethod
-    def plan(cls, steps: StepResiduals, S, *, cond_jaxpr, body_jaxpr, cond_nconsts, name,
-             unroll, gradient, **_):
+    def plan(cls, steps: StepResiduals, S, lead, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+             name, unroll, gradient, **_):
         cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
         primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
                           f"{name}_chunk_primal")
         ncarry = len(body_jaxpr.out_avals)
         advance, _ = pe.dce_jaxpr(primal.jaxpr, [True] * ncarry + [False] * (
             len(primal.out_avals) - ncarry), instantiate=True)
-        return cls(S, name, gradient, body_jaxpr, cond, primal,
+        return cls(S, lead, name, gradient, body_jaxpr, cond, primal,
                    ClosedJaxpr(advance, primal.consts),
                    steps.lin_body, len(steps.invariants),
                    min(unroll_factor(always_true([]), steps.lin_body, unroll), S),
                    min(unroll_factor(cond, primal, unroll), S), unroll)
+
+    def start(self, c):
+        """Chunk c's first step."""
+        return jnp.maximum(c * self.S - self.lead, 0) if self.lead else c * self.S
+
+    def length(self, c):
+        """Chunk c's steps where the loop runs past it."""
+        S = np.int32(self.S)
+        return jnp.where(c == 0, S - np.int32(self.lead), S) if self.lead else S
 
     @property
     def rows_computed_apart(self):
@@ -325,7 +339,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
     if not S:
         return checkpointed_linearize(nzs, *primals, **loop, static_bound=static_bound,
                                       role=role, unroll=unroll, checkpoints=K)
-    chunks = _Chunks.plan(steps, S, **loop, unroll=unroll, gradient=gradient)
+    chunks = _Chunks.plan(steps, S, _lead(S, static_bound), **loop, unroll=unroll,
+                          gradient=gradient)
     cond_consts, body_consts, bound, carry = split_operands(
         primals, cond_nconsts, body_nconsts)
     hoisted = steps.hoisted_consts
@@ -333,7 +348,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
 
     def bound_chunk(bound):
         """The chunk a loop that runs to its bound ends in."""
-        return (bound - 1) // S
+        return (bound - 1 + chunks.lead) // S
 
     def forward_body(rows, *args):
         """One chunk, number `c`: its start saved by the schedule, then its steps, whose
@@ -344,7 +359,7 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
             args, [ncc, nh, 1, 4, ncarry, 1, ncarry])
         save, k, policy, pos = policy_step(c, _unpacked_policy(ints, K), pos, K)
         slots = [write_slot(s, k, x, save) for s, x in zip(slots, xs)]
-        limit = lax.min(bound - n, np.int32(S))
+        limit = lax.min(bound - n, chunks.length(c))
 
         def advanced(stacks):
             return [*chunks.advanced(cc, hc, n, limit, xs), stacks]
@@ -363,9 +378,10 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         return [n + m, m, _packed_policy(policy), *new_xs, pos, *slots, *kept]
 
     def forward_cond(*args):
-        cc, (bound,), (_, n, m, _), xs, _ = split_list(args, [ncc, 1, 4, ncarry])
+        cc, (bound,), (c, n, m, _), xs, _ = split_list(args, [ncc, 1, 4, ncarry])
         (more,) = call(cond_jaxpr, *cc, n, *xs)
-        return [(m == S) & (n < bound) & more]
+        full = chunks.length(c - 1) if chunks.lead else S   # the chunk run was full
+        return [(m == full) & (n < bound) & more]
 
     def over_chunks(rows, cond_consts, hoisted, bound, init):
         """`(c, n, m, policy, *carry, pos, *slots, *kept)`: the While over chunks from
@@ -421,7 +437,8 @@ def budget_linearize(nzs, steps: StepResiduals, S, K, *primals, cond_jaxpr, body
         elif rows == "first":
             last = jnp.maximum(c - 1, 0)
             written = (last == 0) | (last == bound_chunk(bound))
-            _, stacks = chunks.recomputed(hoisted, last * S, jnp.where(written, 0, n - last * S),
+            start = chunks.start(last)
+            _, stacks = chunks.recomputed(hoisted, start, jnp.where(written, 0, n - start),
                                           last_start, stacks)
         return [c, n, m, ints, *carry_out, pos, *slots, *stacks, *last_start,
                 jnp.bool_(rows != "none")]
@@ -517,7 +534,7 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
     the held slots as a stack (`steps` with a spare level K; slot `order[l]` holds
     chunk `steps[l]`), and no branch: each iteration advances or reverses a chunk
     with counted Whiles of S or 0 steps."""
-    K, S = checkpoints, chunks.S
+    K = checkpoints
     n, c, pos, slots, consts, hoisted, inv, stacks, last_start, stacked, dconsts, _ = (
         _split_operands(operands, chunks, const_nz, nconsts, nhoisted))
     assert not any(map(ad.is_undefined_primal,
@@ -538,8 +555,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             args, [nh, ninv, nk, 1, 1, 3, ncarry, ncarry, nstk if carried else 0, nct])
         cur, fine, target, h, store_slot = (state[j] for j in range(5))
         turn = cur == fine - 1
-        start = cur * S
-        length = jnp.minimum(np.int32(S), n - start)
+        start = chunks.start(cur)
+        length = jnp.minimum(chunks.length(cur), n - start)
         # Chunk cur, from the restored carry: its next carry, and its rows (read
         # only where it is reversed; written anyway: one loop less in the body).
         # `folded`: the first trip reverses the last chunk, whose rows the
@@ -599,7 +616,8 @@ def budget_linear_while_transpose(cts, *operands, chunks, checkpoints, const_nz,
             list(args), [ncarry, nh + ninv + nk + 1, nstk, ncarry])
         _, iv, kd, (n,) = split_list(consts, [nh, ninv, nk])
         # The forward's stacks hold the last chunk's rows: its stored gradient first.
-        ct, dc = chunks.gradient(n - last * S, iv, stacks, dconsts_with(kd), with_zeros(given))
+        ct, dc = chunks.gradient(n - chunks.start(last), iv, stacks, dconsts_with(kd),
+                                 with_zeros(given))
         acc = [d for d, lin in zip(dc, linear) if lin]
         if is_concrete(last):
             # Eagerly, where each op and loop is a program compiled per call: a loop

@@ -98,7 +98,7 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         if stores_every_step(policy, static_bound, steps.row_bytes):   # steps keep no rows
             return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
-    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come, static_bound)
+    chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 
 
