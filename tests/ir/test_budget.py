@@ -80,17 +80,19 @@ def test_unbounded_loop_differentiates_with_no_extra_argument(n):
 
 
 def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them():
+    """Stored, a step keeps `cos(w x)` and `x` (32 bytes); past the budget, where
+    `cos` would be computed again for each chunk run again, it keeps its input `x`
+    (16 bytes), and the gradient computes `cos(w x)` from it (`_carried_rows.py`)."""
     stored, checkpoints = policy()
     rows = whilst.residual_report(functools.partial(loss, maximum_iterations=1), X, W, 7,
                                   argnums=(0, 1))
-    row_bytes = rows.loops[0].bytes_per_iteration
-    assert row_bytes == 32
+    assert rows.loops[0].bytes_per_iteration == 32
     assert whilst.ir.DEFAULT_GRADIENT_MEMORY == 1 << 20
-    assert 0.9 * (1 << 20) <= stored * row_bytes <= 1 << 20
+    assert 0.9 * (1 << 20) <= stored * 16 <= 1 << 20
     assert checkpoints == 64
     # The report counts a chunk's rows, once (XLA:CPU's forms carry them).
     (chunk,) = whilst.residual_report(loss, X, W, 7, argnums=(0, 1)).loops
-    assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, row_bytes)
+    assert (chunk.max_iterations, chunk.bytes_per_iteration) == (stored, 16)
 
 
 @pytest.mark.parametrize("options, want_policy", [
@@ -98,13 +100,15 @@ def test_default_budget_stores_chunks_of_a_mebibyte_and_checkpoints_between_them
     (dict(maximum_iterations=40, gradient_memory=0), (None, 2)),  # checkpoints only
     (dict(gradient_memory=0), (None, 2)),
     (dict(gradient_memory=60), (None, 2)),                     # 1 row: not worth chunks
-    (dict(gradient_memory=136), (3, 2)),                       # chunks of 3 steps
-    (dict(maximum_iterations=40, gradient_memory=136), (3, 2)),
-    (dict(maximum_iterations=40, gradient_memory=1000), (23, 12)),  # 23 rows: 17 + 23 steps
+    (dict(gradient_memory=136), (6, 2)),                       # chunks of 6 steps
+    (dict(maximum_iterations=40, gradient_memory=136), (6, 2)),
+    (dict(maximum_iterations=40, gradient_memory=500), (23, 6)),   # 23 rows: 17 + 23 steps
+    (dict(maximum_iterations=40, gradient_memory=640), (40, None)),  # 40 inputs fit
 ])
 def test_budgets_force_each_policy_and_the_switch_mid_loop(options, want_policy):
-    # Rows of this loop are 2 f32[4] (32 bytes), its carry 20 bytes: K >= 2 copies
-    # take at most a quarter of the budget (or 2 copies), the rows the rest.
+    # Rows of this loop are 2 f32[4] (32 bytes) where they fit, else its input f32[4]
+    # (16 bytes), its carry 20 bytes: K >= 2 copies take at most a quarter of the
+    # budget (or 2 copies), the rows the rest.
     assert policy(**options) == want_policy
     for n in [0, 1, 2, 3, 4, 22, 23, 24, 40]:
         check_grad(options, n)
@@ -158,11 +162,11 @@ def test_fori_loop_with_checkpoints_covering_its_trip_count_stores_every_step():
 
 def test_cost_is_flat_in_maximum_iterations():
     # Past the budget, the stored rows stop growing with the bound: chunks of the
-    # rows that fit, those of a loop without a bound (3 chunks for 2**16 steps).
-    stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 16, 1 << 30]]
+    # rows that fit, those of a loop without a bound (3 chunks for 2**17 steps).
+    stored = [policy(maximum_iterations=m)[0] for m in [256, 1 << 17, 1 << 30]]
     fit = policy()[0]
     assert stored[0] == 256 and stored[1] == stored[2] == fit < 1 << 16
-    assert -(-(1 << 16) // fit) == 3
+    assert -(-(1 << 17) // fit) == 3
 
 
 def _checkpoints(eqn):
@@ -185,14 +189,14 @@ def _primitives(jaxpr):
 
 
 def test_one_forward_and_one_gradient_while_over_chunks():
-    """The forward While runs chunks of stored steps (3 here) and keeps K = 2
+    """The forward While runs chunks of stored steps (6 here) and keeps K = 2
     checkpoints; exported, its chunk loop keeps no rows. One gradient While then
     reverses every chunk, the last first, with no branch (no `stablehlo.case` on
     IREE): its body runs a chunk's steps pushing their rows, and their stored
     gradient. The constants' cotangents go through the loops in one accumulator each
     (no sum after them; jax.grad with respect to w only). Its start sorts the slots
     only where the loop ran past its first chunk."""
-    grad = jax.grad(functools.partial(loss, X, n=7, gradient_memory=136))
+    grad = jax.grad(functools.partial(loss, X, n=13, gradient_memory=136))
     jaxpr = portable_forms(jax.make_jaxpr(grad)(W)).jaxpr
     (guard,) = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
     no_sort, sort = (set(_primitives(b.jaxpr)) for b in guard.params["branches"])
@@ -221,8 +225,18 @@ def test_under_jit_rows_are_computed_for_chunk_0_and_the_last_chunk_only():
         return [e for e in jaxpr.eqns if e.primitive.name == "functional_while"
                 and e.params["role"] == "forward"]
 
-    forward, last = forward_loops(jax.grad(functools.partial(
-        loss, X, n=7, gradient_memory=136)), W)
+    def summed(x, w, n, loop=whilst.while_loop, **options):
+        """A step whose rows (`cos(w s)` and `s`, 8 bytes) take fewer bytes than
+        its input (`x`, 16 bytes): past the budget it keeps them (not `x`)."""
+        _, x = loop(lambda i, x: i < n,
+                    lambda i, x: (i + 1, x + 0.01 * jnp.sin(w * jnp.sum(x))), [0, x],
+                    **options)
+        return jnp.sum(x ** 2)
+
+    grad = jax.grad(functools.partial(summed, X, n=20, gradient_memory=64))
+    np.testing.assert_allclose(jax.jit(grad)(W), jax.grad(functools.partial(
+        summed, X, n=20, loop=unrolled))(W), rtol=1e-5)
+    forward, last = forward_loops(grad, W)
     chunk_loops = list(iter_loops(forward.params["body_jaxpr"].jaxpr))
     assert sorted("cos" in _primitives(e.params["body_jaxpr"].jaxpr)
                   for e in chunk_loops) == [False, True]
@@ -309,6 +323,56 @@ def sin_grad_numpy(y, a, n):
     return dy, da
 
 
+def _rows_and_cos(grad, *args):
+    """`(pushed, chunk_rows, cos_forwards, cos_backwards)` of the loops in `grad`'s
+    jaxpr (XLA:CPU's forms): the row shapes the stored forward While pushes and those
+    of the budget's chunk stacks, sorted, and whether any forward loop and any
+    gradient While computes `cos`."""
+    loops = list(iter_loops(xla_cpu_forms(jax.make_jaxpr(grad)(*args)).jaxpr))
+    pushed = sorted(tuple(a.shape) for e in loops
+                    if e.params["role"] == "forward" and e.params["accumulators"]
+                    for a in e.params["body_jaxpr"].out_avals[-e.params["accumulators"]:])
+    chunks = sorted(shape[1:] for e in loops
+                    if hasattr(e.params["gradient"], "chunk_stacks")
+                    for shape, _ in e.params["gradient"].chunk_stacks)
+
+    def cos(role):
+        return any("cos" in _primitives(e.params["body_jaxpr"].jaxpr)
+                   for e in loops if e.params["role"] == role)
+    return pushed, chunks, cos("forward"), cos("gradient")
+
+
+@pytest.mark.parametrize("on", ["jit", "eager"])
+def test_past_the_budget_a_step_keeps_its_input_where_its_rows_cost_computation(on):
+    """The issue's loop keeps `cos(a y)` and `y` a step (512 bytes) where they fit
+    the budget (1000 steps). Past it, where each chunk run again would compute
+    `cos` again, it keeps its input `y` (256 bytes) and the gradient's step computes
+    `cos(a y)` from it: 4000 steps' rows then fit, stored, and 10^4 steps run in
+    chunks of 4031, no forward loop computing `cos`. A step whose rows are its own
+    output (`tanh(M y)`: recomputing them would cost the step again) keeps them.
+    Gradients against the chain rule in numpy."""
+    def grad(n):
+        return jax.grad(functools.partial(sin_loss, n=n, bound=n), (0, 1))
+
+    assert _rows_and_cos(grad(1000), *SIN_ARGS) == ([(D,), (D,)], [], True, False)
+    assert _rows_and_cos(grad(4000), *SIN_ARGS) == ([(D,)], [], False, True)
+    assert _rows_and_cos(grad(10**4), *SIN_ARGS)[1:] == ([(D,)], False, True)
+    assert chunk_steps(grad(10**4), *SIN_ARGS) == {4031}
+    for n in [1000, 4000, 10**4]:
+        for got, want in zip((jax.jit(grad(n)) if on == "jit" else grad(n))(*SIN_ARGS),
+                             sin_grad_numpy(*SIN_ARGS, n)):
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5, err_msg=f"n={n}")
+
+    M = np.random.default_rng(1).standard_normal((D, D)).astype(np.float32) / np.sqrt(D)
+
+    def tanh_loss(y, m):
+        _, y = whilst.while_loop(lambda i, y: i < 10**4, lambda i, y: (i + 1, jnp.tanh(m @ y)),
+                                 [0, y], maximum_iterations=10**4)
+        return jnp.sum(y)
+
+    assert _rows_and_cos(jax.grad(tanh_loss, (0, 1)), SIN_ARGS[0], M)[1] == [(D,), (D,)]
+
+
 @pytest.mark.iree
 def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree():
     """Past the budget, the chunk loop that keeps rows (the gradient While's
@@ -321,9 +385,11 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
     compiles with aggressive fusion, as the stored path's does (its checkpoint slot
     writes unflagged, `iree_limits/rereading_scatter.mlir`; with the default fusion the
     chunk loops ran 52 and 106 dispatches per iteration against 10 and 55), and its
-    gradient, 1000 steps in chunks of 240, equals the chain rule's in numpy."""
+    gradient, 1000 steps in chunks of 192, equals the chain rule's in numpy. (With
+    respect to `y` only: its rows, `cos(a y)`, take as many bytes as its input `y`,
+    which it would keep instead with respect to `a` too, `_carried_rows.py`.)"""
     def exported(**options):
-        grad = jax.grad(functools.partial(sin_loss, n=1000, bound=1000, **options), (0, 1))
+        grad = jax.grad(functools.partial(sin_loss, n=1000, bound=1000, **options))
         return whilst.export(grad, *SIN_ARGS)
 
     def costs(exported):
@@ -335,14 +401,15 @@ def test_chunk_loops_run_as_many_steps_per_iteration_as_the_stored_path_on_iree(
     chunked = costs(chunked_export)
     assert len(stored) == 2 and all(loads == 0 for loads, _, _ in stored), stored
     forward = next(cost for cost in stored if cost in chunked)
-    rowless = [cost for cost in chunked if cost not in stored]
+    rowless = list(chunked)
+    for cost in stored:
+        assert cost in rowless, (chunked, stored)
+        rowless.remove(cost)
     assert len(rowless) == 1 and rowless[0] <= forward, (chunked, stored)
-    assert sorted(chunked) == sorted(stored + rowless), (chunked, stored)
     compiled = whilst.compile(chunked_export)
     assert FALLBACK_NOTE not in compiled.stages[-1][0], compiled.stages
     got = compiled.load("local-sync")(*SIN_ARGS)
-    for g, w in zip(got, sin_grad_numpy(*SIN_ARGS, 1000)):
-        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(got, sin_grad_numpy(*SIN_ARGS, 1000)[0], rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.iree

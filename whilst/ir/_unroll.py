@@ -58,6 +58,11 @@ BRANCHES = frozenset({"cond"})
 # stacks are pushed and popped by the loop itself (`_stacks.py`); neither
 # counts here.
 IN_PLACE_UPDATES = frozenset({"dynamic_update_slice", "push_row"})  # operand, update, *index
+# Elementwise primitives of many flops per element (a libm call each on a CPU).
+TRANSCENDENTAL = frozenset({
+    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
+    "acosh", "atanh", "exp", "exp2", "expm1", "log", "log1p", "logistic", "pow", "erf",
+    "erfc", "erf_inv", "lgamma", "digamma", "igamma", "cbrt", "rsqrt", "sqrt"})
 DYNAMIC_INDEXING = IN_PLACE_UPDATES | frozenset({
     "dynamic_slice", "gather", "scatter", "scatter-add", "scatter_add", "scatter-mul",
     "scatter_mul", "scatter-min", "scatter_min", "scatter-max", "scatter_max"})
@@ -131,8 +136,8 @@ def _fitting_steps(body: Jaxpr, others: list, most: int, weigh=True) -> int:
         return 1
     if not weigh:
         return most
-    work, equations = sum(map(_work, jaxprs)), sum(map(_equations, jaxprs))
-    return max(1, min(most, scaled(WORK_PER_ITERATION) // max(work, 1),
+    elements, equations = sum(map(work, jaxprs)), sum(map(_equations, jaxprs))
+    return max(1, min(most, scaled(WORK_PER_ITERATION) // max(elements, 1),
                       MAX_UNROLLED_EQUATIONS // max(equations, 1)))
 
 
@@ -209,11 +214,12 @@ def total_nbytes(avals) -> int | None:
     return sum(map(nbytes, avals))
 
 
-def _work(jaxpr: Jaxpr) -> int:
+def work(jaxpr: Jaxpr, transcendental: int = 1) -> int:
     """Elements produced by `jaxpr`'s equations (a dot counts its multiply-adds,
     linear algebra what it lowers to, random bits each element once per op they
-    lower to); a nested loop (whilst's or jax.lax's) or a branch counts as a full
-    iteration's budget."""
+    lower to, an elementwise transcendental such as `sin` `transcendental` times);
+    a nested loop (whilst's or jax.lax's) or a branch counts as a full iteration's
+    budget."""
     total = 0
     for eqn in jaxpr.eqns:
         if (eqn.primitive is functional_while_p or eqn.primitive.name in LOOPS
@@ -221,7 +227,7 @@ def _work(jaxpr: Jaxpr) -> int:
             return scaled(WORK_PER_ITERATION)
         subs = _inside(eqn)
         if subs:
-            total += sum(map(_work, subs))
+            total += sum(work(sub, transcendental) for sub in subs)
             continue
         out = sum(int(np.prod(v.aval.shape, dtype=np.int64)) for v in eqn.outvars)
         if eqn.primitive.name in IN_PLACE_UPDATES:  # in place: the update's size
@@ -230,5 +236,7 @@ def _work(jaxpr: Jaxpr) -> int:
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs_shape = eqn.invars[0].aval.shape
             out *= int(np.prod([lhs_shape[d] for d in contract], dtype=np.int64))
+        if eqn.primitive.name in TRANSCENDENTAL:
+            out *= transcendental
         total += out * (lowered_ops(eqn) or 1)
     return total

@@ -25,9 +25,14 @@ policy (`_policy.py`)::
         stored_linearize(...)                # _stored.py, no stacks: nothing to chunk
     elif policy is Checkpointed(K):
         checkpointed_linearize(...)          # _checkpointed.py, policy.copies(carry) copies
-    else:                          # chunks of as many steps as fit, checkpoints between them
-        budget_linearize(...)                # _budget.py, in a budget that shrinks
-                                             # under each further linearization
+    else:
+        if no further derivative is to come and keeping the step's inputs in place of
+                its rows pays (`carried_rows`, _carried_rows.py: rows that cost
+                computation of their own, recomputed in the gradient's step):
+            steps = carried_rows(steps)      # stored_linearize if their rows fit
+        budget_linearize(...)                # _budget.py: chunks of as many steps as
+                                             # fit, checkpoints between them, in a budget
+                                             # that shrinks under each further linearization
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from whilst._jax_compat import concrete_batch, linearization_depth
 from whilst.ir._functional_while import functional_while_p, loops_stepped_first, split_operands
 from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
+from whilst.ir.reverse._carried_rows import carried_rows
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
 from whilst.ir.reverse._inlined import (
     inlined_linearize, inlined_linearize_by_value, inlined_policy, most_inlined_steps)
@@ -98,6 +104,10 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         if stores_every_step(policy, static_bound, steps.row_bytes):   # steps keep no rows
             return stored_linearize(steps, *primals, **params)
     carry_avals = params["body_jaxpr"].in_avals[params["body_nconsts"] + 1:]
+    if not to_come and (carried := carried_rows(steps, len(carry_avals))):
+        steps = carried
+        if stores_every_step(policy, static_bound, steps.row_bytes):
+            return stored_linearize(steps, *primals, **params)
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 

@@ -10,7 +10,10 @@ A loop's policy is one frozen value, the `gradient` parameter of
         else:
             chunks of as many stored steps as fit, copies of the
             carry at chunk starts, each chunk recomputed once    (_budget.py)
-            (in nbytes / 32**d under d more reverse-mode derivatives)
+            (in nbytes / 32**d under d more reverse-mode derivatives),
+            a step keeping its inputs where its rows cost
+            computation of their own                         (_carried_rows.py)
+            (stored where those rows fit)
     Checkpointed(K)           # `checkpoints=K`:
         if K >= maximum_iterations (the loop's static bound):
             store every step's residuals                         (_stored.py)
