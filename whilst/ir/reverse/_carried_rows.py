@@ -34,7 +34,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr
 from jax.interpreters import partial_eval as pe
 
-from whilst._jax_compat import split_list
+from whilst._jax_compat import is_constant_shape, split_list
 from whilst.ir._inspect import holds_loops
 from whilst.ir._tracing import call, trace_closed
 from whilst.ir._unroll import total_nbytes, work
@@ -54,12 +54,13 @@ TRANSCENDENTAL_WEIGHT = 16
 def carried_rows(steps: StepResiduals, ncarry: int) -> StepResiduals | None:
     """`steps` keeping the step inputs its rows are computed from (see the module
     docstring), or None where that would not pay, where the rows hold no
-    computation of their own, or where the body holds loops or has effects (a
-    recomputed effect would run twice)."""
+    computation of their own, where the body holds loops or has effects (a
+    recomputed effect would run twice), or where shapes are symbolic."""
     primal = steps.primal_jaxpr
     nrows = len(primal.out_avals) - ncarry
     nhoisted = len(steps.hoisted_consts)
-    if not nrows or primal.effects or holds_loops(primal.jaxpr):
+    if (not nrows or steps.row_bytes is None or primal.effects or holds_loops(primal.jaxpr)
+            or not all(is_constant_shape(a.shape) for a in primal.in_avals)):
         return None
     advance, _ = pe.dce_jaxpr(primal.jaxpr, [True] * ncarry + [False] * nrows,
                               instantiate=True)
@@ -73,7 +74,7 @@ def carried_rows(steps: StepResiduals, ncarry: int) -> StepResiduals | None:
     packing = RowPacking.plan(input_avals)
     row_avals = packing.packed_avals
     row_bytes = total_nbytes(row_avals)
-    if row_bytes is None or steps.row_bytes is None or row_bytes >= steps.row_bytes:
+    if row_bytes >= steps.row_bytes:
         return None
     residuals = ClosedJaxpr(residuals, primal.consts)
     hoisted = [x for x, u in zip(steps.hoisted_consts, used_hoisted) if u]
