@@ -99,6 +99,32 @@ def test_second_derivative_of_an_unbounded_loop_eagerly_and_under_jit(budget):
     assert compiled.memory_analysis().temp_size_in_bytes < 1.25 * budget
 
 
+def cos_steps_unbounded(x, n, loop=whilst.while_loop, **options):
+    """n steps of `cos`, counted by a float: no bound known."""
+    return loop(lambda t, _: t < n, lambda t, y: (t + 1.0, jnp.cos(y)), [0.0, x], **options)[1]
+
+
+@pytest.mark.parametrize("n", [10, 24, 25, 60])
+def test_under_further_derivatives_a_loop_past_its_budget_stores_a_head_and_branches(n):
+    """Under a second derivative a loop with no bound stores a head of S steps (the
+    rows a chunk holds: 24 in a budget of 4 KiB, a 32nd of it for rows and copies)
+    and runs the budget's chunks only where it runs past them, inside a `lax.cond`
+    (`_headed.py`): no While over chunks outside a branch, so that a loop ending
+    within its head runs none of their second derivatives. Loops ending within the
+    head, at its end and past it, under jit and eagerly, against the unrolled loop."""
+    f = functools.partial(cos_steps_unbounded, n=float(n), gradient_memory=4096)
+    second = jax.grad(jax.grad(f))
+    assert chunk_steps(second, 0.9) == {24}
+    top = [e for e in jax.make_jaxpr(second)(0.9).jaxpr.eqns
+           if e.primitive.name == "functional_while"]
+    assert not [e for e in top if hasattr(e.params["gradient"], "checkpoints")]
+    assert [e.params["static_bound"] for e in top
+            if e.params["role"] == "forward" and e.params["accumulators"]] == [24]
+    want = jax.grad(jax.grad(functools.partial(cos_steps_unbounded, n=n, loop=unrolled)))(0.9)
+    np.testing.assert_allclose(jax.jit(second)(0.9), want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(second(0.9), want, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.iree
 def test_second_derivative_of_an_unbounded_loop_of_64_floats_runs_on_iree():
     """Its gradient While over chunks carries checkpoints too wide to run inside a
@@ -133,12 +159,16 @@ def test_loops_reverse_mode_builds_store_every_step_when_differentiated_again():
     assert all(isinstance(e.params["gradient"], EveryStep) for e in bounded)
     second = jax.make_jaxpr(jax.grad(jax.grad(cos_twice_unbounded)))(1.0).jaxpr
     policies = [e.params["gradient"] for e in iter_loops(second)]
-    # the one While over chunks is the first derivative's, run as it is, its chunks
-    # of a 32nd of the budget: (2**15 - 64 slots * 8 bytes) / 4 bytes a row
+    # the one While over chunks is the first derivative's, run as it is (in a branch,
+    # past the stored head), its chunks of a 32nd of the budget: (2**15 - 64 slots *
+    # 8 bytes) / 4 bytes a row
     assert [p.chunk_steps for p in policies if hasattr(p, "chunk_steps")] == [8064]
-    # 61 loops when each started a budget of its own; 27 now (both forms of choices,
-    # the XLA:CPU form of a checkpointed gradient While stepping forwards in one branch)
-    assert len(policies) == 27 and sum(isinstance(p, Checkpointed) for p in policies) == 6
+    # 61 loops when each started a budget of its own; 31 now (both forms of choices,
+    # the XLA:CPU form of a checkpointed gradient While stepping forwards in one
+    # branch), 4 of them the head's (2048 steps of 4 bytes, `_headed.py`)
+    assert len(policies) == 31 and sum(isinstance(p, Checkpointed) for p in policies) == 6
+    assert [(e.params["static_bound"], e.params["gradient"]) for e in second.eqns
+            if e.primitive.name == "functional_while"] == [(2048, EveryStep())] * 4
 
 
 def test_the_second_derivative_reads_the_cotangents_of_pushed_rows_in_place():

@@ -154,7 +154,7 @@ def _lead(S: int, static_bound: int | None) -> int:
     return covered - static_bound if covered <= UNBOUNDED else 0
 
 
-def _shifted(jaxpr, nconsts, name):
+def shifted(jaxpr, nconsts, name):
     """`jaxpr(*consts, i, *xs)` as `f(*consts, offset, i, *xs) = jaxpr(*consts,
     offset + i, *xs)`: a chunk's steps, counted from its first."""
     avals = jaxpr.in_avals
@@ -189,8 +189,8 @@ class _Chunks:
     @classmethod
     def plan(cls, steps: StepResiduals, S, lead, *, cond_jaxpr, body_jaxpr, cond_nconsts,
              name, unroll, gradient, **_):
-        cond = _shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
-        primal = _shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
+        cond = shifted(cond_jaxpr, cond_nconsts, f"{name}_chunk_cond")
+        primal = shifted(steps.primal_jaxpr, len(steps.hoisted_consts),
                           f"{name}_chunk_primal")
         ncarry = len(body_jaxpr.out_avals)
         advance, _ = pe.dce_jaxpr(primal.jaxpr, [True] * ncarry + [False] * (

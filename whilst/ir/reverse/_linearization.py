@@ -30,7 +30,12 @@ policy (`_policy.py`)::
                 its rows pays (`carried_rows`, _carried_rows.py: rows that cost
                 computation of their own, recomputed in the gradient's step):
             steps = carried_rows(steps)      # stored_linearize if their rows fit
-        budget_linearize(...)                # _budget.py: chunks of as many steps as
+        if more derivatives are to come, a chunk holds rows (S > 0) and the loop has
+                no effects (its test at the head's end would run once more):
+            headed_linearize(...)            # _headed.py: a stored head, the rest in
+                                             # the budget's chunks under a lax.cond
+        else:
+            budget_linearize(...)            # _budget.py: chunks of as many steps as
                                              # fit, checkpoints between them, in a budget
                                              # that shrinks under each further linearization
 """
@@ -49,6 +54,7 @@ from whilst.ir._unroll import total_nbytes
 from whilst.ir.reverse._budget import budget_linearize, budget_split
 from whilst.ir.reverse._carried_rows import carried_rows
 from whilst.ir.reverse._checkpointed import checkpointed_linearize
+from whilst.ir.reverse._headed import head_steps, headed_linearize
 from whilst.ir.reverse._inlined import (
     inlined_linearize, inlined_linearize_by_value, inlined_policy, most_inlined_steps)
 from whilst.ir.reverse._stored import step_residuals, stored_linearize
@@ -109,6 +115,10 @@ def _linearization(to_come, is_vjp, nzs, *primals, by_value=True, **params):
         if stores_every_step(policy, static_bound, steps.row_bytes):
             return stored_linearize(steps, *primals, **params)
     chunk_rows, K = budget_split(policy.nbytes, carry_avals, steps, to_come)
+    if (to_come and chunk_rows and not policy.tail
+            and not (params["cond_jaxpr"].effects or params["body_jaxpr"].effects)):
+        return headed_linearize(is_vjp, nzs, head_steps(chunk_rows, steps.row_bytes), *primals,
+                                **params)
     return budget_linearize(nzs, steps, chunk_rows, K, *primals, **params)
 
 

@@ -13,7 +13,9 @@ A loop's policy is one frozen value, the `gradient` parameter of
             (in nbytes / 32**d under d more reverse-mode derivatives),
             a step keeping its inputs where its rows cost
             computation of their own                         (_carried_rows.py)
-            (stored where those rows fit)
+            (stored where those rows fit); under more reverse-mode
+            derivatives, a stored head of one chunk's steps and the
+            chunks only where the loop runs past it           (_headed.py)
     Checkpointed(K)           # `checkpoints=K`:
         if K >= maximum_iterations (the loop's static bound):
             store every step's residuals                         (_stored.py)
@@ -60,8 +62,11 @@ MAX_SCHEDULED_CHECKPOINTS = 65534
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """Store what fits in `nbytes`, checkpoint the rest (see the module docstring)."""
+    """Store what fits in `nbytes`, checkpoint the rest (see the module docstring).
+    `tail`: the steps of a loop past the head `_headed.py` stored (chunked, never
+    headed again)."""
     nbytes: int = DEFAULT_GRADIENT_MEMORY
+    tail: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
