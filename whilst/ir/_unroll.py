@@ -62,7 +62,7 @@ IN_PLACE_UPDATES = frozenset({"dynamic_update_slice", "push_row"})  # operand, u
 TRANSCENDENTAL = frozenset({
     "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
     "acosh", "atanh", "exp", "exp2", "expm1", "log", "log1p", "logistic", "pow", "erf",
-    "erfc", "erf_inv", "lgamma", "digamma", "igamma", "cbrt", "rsqrt", "sqrt"})
+    "erfc", "erf_inv", "lgamma", "digamma", "igamma", "cbrt"})
 DYNAMIC_INDEXING = IN_PLACE_UPDATES | frozenset({
     "dynamic_slice", "gather", "scatter", "scatter-add", "scatter_add", "scatter-mul",
     "scatter_mul", "scatter-min", "scatter_min", "scatter-max", "scatter_max"})

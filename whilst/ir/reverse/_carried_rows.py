@@ -93,15 +93,15 @@ def carried_rows(steps: StepResiduals, ncarry: int) -> StepResiduals | None:
                               lambda *rows: list(rows), *rows)
         return call(steps.lin_body, *inv, *rows, *rest)
 
-    lin = steps.lin_body.in_avals
+    inv_avals, _, tangent_avals = split_list(steps.lin_body.in_avals,
+                                             [ninv, len(steps.row_avals)])
+    hoisted_avals = [a for a, u in zip(primal.in_avals[:nhoisted], used_hoisted) if u]
     return StepResiduals(
         trace_closed(primal_body, primal.in_avals, "primal_body"), steps.hoisted_consts,
         [*steps.invariants, *hoisted],
-        trace_closed(lin_body, [*lin[:ninv], *[a for a, u in zip(primal.in_avals, used_hoisted)
-                                               if u], *row_avals,
-                                *lin[ninv + len(steps.row_avals):]], "linear_while_body"),
+        trace_closed(lin_body, [*inv_avals, *hoisted_avals, *row_avals, *tangent_avals],
+                     "linear_while_body"),
         row_avals, steps.const_nz, steps.carry_nz)
-
 
 
 def _work(jaxpr: Jaxpr) -> int:
