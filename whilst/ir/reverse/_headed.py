@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 from jax import lax
-from jax.interpreters import ad
-from jax.interpreters.ad import Zero
 
-from whilst._jax_compat import linearize_jaxpr, split_list
-from whilst.ir._functional_while import COUNTER_AVAL, functional_while, split_operands
-from whilst.ir._tracing import call, trace_closed
+from whilst.ir._functional_while import functional_while, split_operands
+from whilst.ir._tracing import call
 from whilst.ir.reverse._budget import shifted
+from whilst.ir.reverse._inlined import linearize_traced
 from whilst.ir.reverse._policy import Budget, EveryStep
 
 
@@ -55,7 +52,6 @@ def headed_linearize(is_vjp, nzs, H, *primals, cond_jaxpr, body_jaxpr, cond_ncon
                      body_nconsts, static_bound, name, role, unroll, gradient: Budget):
     """The linearize rule of `functional_while_p` for a loop past its budget, under
     more derivatives, with a head of H steps (see the module docstring)."""
-    ncarry = len(body_jaxpr.out_avals)
     loop = dict(name=name, role=role, unroll=unroll)
     rest_cond = shifted(cond_jaxpr, cond_nconsts, f"{name}_rest_cond")
     rest_body = shifted(body_jaxpr, body_nconsts, f"{name}_rest_body")
@@ -80,17 +76,4 @@ def headed_linearize(is_vjp, nzs, H, *primals, cond_jaxpr, body_jaxpr, cond_ncon
         return lax.cond(more & (n == H) & (n < bound), rest, lambda *outs: list(outs),
                         n, *carry)
 
-    jaxpr = trace_closed(headed, [jax.typeof(x) for x in primals], f"{name}_headed")
-    primal_jaxpr, _, out_nz, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
-        jaxpr, list(nzs), is_vjp=is_vjp)
-    outs, returned = split_list(call(primal_jaxpr, *primals), [1 + ncarry])
-    sources, returned = [*jaxpr.consts, *primals], iter(returned)
-    residuals = [next(returned) if f is None else sources[f] for f in in_fwd_res]
-
-    def linearized(residuals, *tangents):
-        tangents = [ad.instantiate_zeros(t) for t, nz in zip(tangents, nzs) if nz]
-        out = iter(call(tangent_jaxpr, *residuals, *tangents))
-        return [next(out) if nz else Zero(a.to_tangent_aval())
-                for nz, a in zip(out_nz, [COUNTER_AVAL, *body_jaxpr.out_avals])]
-
-    return outs, out_nz, residuals, linearized
+    return linearize_traced(headed, is_vjp, nzs, primals, f"{name}_headed")

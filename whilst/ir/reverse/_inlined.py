@@ -75,30 +75,33 @@ def inlined_linearize(is_vjp, nzs, *primals, body_jaxpr, cond_nconsts, body_ncon
     """The linearize rule of `functional_while_p` for an `Inlined` loop (see the
     module docstring): `(outs, out_nzs, residuals, linearized)`."""
     steps = gradient.steps
-    carry_avals = body_jaxpr.in_avals[body_nconsts + 1:]
-    avals = [jax.typeof(x) for x in primals]
 
     def unrolled(*operands):
         _, body_consts, _, carry = split_operands(operands, cond_nconsts, body_nconsts)
         for i in range(steps):
             carry = call(body_jaxpr, *body_consts, np.int32(i), *carry)
-        return carry
+        return [np.int32(steps), *carry]
 
-    jaxpr = trace_closed(unrolled, avals, f"{name}_inlined")
-    primal_jaxpr, _, carry_nz, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
+    return linearize_traced(unrolled, is_vjp, nzs, primals, f"{name}_inlined")
+
+
+def linearize_traced(fn, is_vjp, nzs, primals, name):
+    """JAX's linearization of `fn(*primals)` (a list), traced as one function, as a
+    linearize rule's result `(outs, out_nzs, residuals, linearized)`."""
+    jaxpr = trace_closed(fn, [jax.typeof(x) for x in primals], name)
+    primal_jaxpr, _, out_nz, in_fwd_res, tangent_jaxpr = linearize_jaxpr(
         jaxpr, list(nzs), is_vjp=is_vjp)
-    carry_out, returned = split_list(call(primal_jaxpr, *primals), [len(carry_avals)])
+    outs, returned = split_list(call(primal_jaxpr, *primals), [len(jaxpr.out_avals)])
     sources, returned = [*jaxpr.consts, *primals], iter(returned)
     residuals = [next(returned) if f is None else sources[f] for f in in_fwd_res]
 
     def linearized(residuals, *tangents):
         tangents = [ad.instantiate_zeros(t) for t, nz in zip(tangents, nzs) if nz]
         out = iter(call(tangent_jaxpr, *residuals, *tangents))
-        return [Zero(COUNTER_AVAL.to_tangent_aval()),
-                *[next(out) if nz else Zero(a.to_tangent_aval())
-                  for nz, a in zip(carry_nz, carry_avals)]]
+        return [next(out) if nz else Zero(a.to_tangent_aval())
+                for nz, a in zip(out_nz, jaxpr.out_avals)]
 
-    return [np.int32(steps), *carry_out], [False, *carry_nz], residuals, linearized
+    return outs, out_nz, residuals, linearized
 
 
 def inlined_linearize_by_value(nzs, *primals, cond_jaxpr, body_jaxpr, cond_nconsts,
