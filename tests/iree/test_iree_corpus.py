@@ -9,6 +9,7 @@ refused by `whilst.compile` (`test_refused`).
 """
 import collections
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -519,7 +520,34 @@ CHECKPOINT = [
          lambda xs, ls: [np.stack(v) for v in zip(*[unroll_ref(x, l) for x, l in zip(xs, ls)])]),
 ]
 
-GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
+def sin_past_budget(x, a, n, loop=wl):
+    return jnp.sum(loop(lambda i, x: i < n, lambda i, x: (i + 1, jnp.sin(a * x) * 0.9 + 0.1),
+                        [0, x], **({} if loop is unrolled else dict(gradient_memory=200)))[1])
+
+
+def cos_past_budget(x, n, loop=wl):
+    """n steps of `cos` counted by a float: no bound known."""
+    return loop(lambda t, _: t < n, lambda t, y: (t + 1.0, jnp.cos(y)), [0.0, x],
+                **({} if loop is unrolled else dict(gradient_memory=4096)))[1]
+
+
+# Past the budget: a step keeping its inputs, its rows recomputed by the gradient
+# (`reverse/_carried_rows.py`: 200 bytes hold 7 steps' x, 3 steps' sin rows), and a
+# second derivative storing a head of 24 steps, the rest in chunks under a branch
+# (`reverse/_headed.py`), within the head and past it.
+PAST_BUDGET = [
+    Case("budget_carried_rows", jax.grad(sin_past_budget, (0, 1)), (XC, f32(1.1), np.int32(9)),
+         lambda x, a, n: jax.grad(functools.partial(sin_past_budget, loop=unrolled), (0, 1))(
+             x, a, int(n)),
+         more_args=((XC, f32(1.1), np.int32(3)), (XC, f32(0.7), np.int32(20)))),
+    Case("budget_head_grad_of_grad", jax.grad(jax.grad(cos_past_budget)), (f32(0.9), f32(10.0)),
+         lambda x, n: jax.grad(jax.grad(functools.partial(cos_past_budget, loop=unrolled)))(
+             x, float(n)),
+         more_args=((f32(0.9), f32(24.0)), (f32(0.4), f32(60.0)))),
+]
+
+GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT,
+          "past_budget": PAST_BUDGET}
 
 # Programs iree-compile 3.13 rejects with aggressive fusion ("operand #N does not
 # dominate this use"; iree_limits/reproduce.py aggressive_fusion_dominance):
@@ -531,9 +559,9 @@ GROUPS = {"forward": FORWARD, "grad": GRAD, "checkpoint_unroll": CHECKPOINT}
 # these, five compile with it since the picks of their last steps are select chains
 # (`_onehot.pick`), and grad_of_grad_nested since reverse mode inlines its outer
 # loop's three steps (`reverse/_inlined.py`); checkpoint_nested and, as jax 0.12
-# traces it, budget_vmap_of_grad still fail.
+# traces it, budget_vmap_of_grad still fail, and so does budget_head_grad_of_grad.
 WITHOUT_AGGRESSIVE_FUSION = {
-    "budget_vmap_of_grad", "checkpoint_data_dependent_stop",
+    "budget_head_grad_of_grad", "budget_vmap_of_grad", "checkpoint_data_dependent_stop",
     "checkpoint_float_cond", "checkpoint_grad_n5",
     "checkpoint_grad_traced_n", "checkpoint_nested", "grad_of_grad_nested", "two_zeros_carries",
 }
@@ -555,7 +583,7 @@ OTHER_TEXT_ON_OLDEST_JAX = {
 # that runs them so, which has aggressive fusion, it fails as above. Their modules
 # are host-driven; every other module of the corpus runs its small loops inside
 # dispatches (`whilst.lowering._iree_loops_in_dispatch`).
-NOT_IN_DISPATCH = {"checkpoint_nested"}
+NOT_IN_DISPATCH = {"budget_head_grad_of_grad", "checkpoint_nested"}
 
 
 def module_of(group: str, name: str) -> tuple:
